@@ -1,0 +1,68 @@
+# kubecua: two commands matter.
+#   make demo   the main job: a TrainingRun spec run locally (tiny model, CPU, Xvfb desktops)
+#   make test   all set-up (apt, Python envs, Go builds, images) and the whole suite
+# Each component adds its own targets in <component>/make.mk; this file only wires them.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+include hack/versions.env
+export KUBECUA_CACHE ?= $(HOME)/.cache/kubecua
+export UV_CACHE_DIR ?= $(KUBECUA_CACHE)/uv
+export UV_PYTHON ?= 3.11
+export UV_PYTHON_DOWNLOADS := never
+export UV_LINK_MODE := copy
+UV := $(KUBECUA_CACHE)/bin/uv-$(UV_VERSION)/uv
+export UV
+BIN := $(KUBECUA_CACHE)/bin
+export PATH := $(BIN):$(PATH)
+
+# $(eval $(call python-project,NAME,DIR)) gives a uv project in DIR (pyproject.toml + uv.lock):
+#   NAME-env   uv sync --locked into DIR/.venv (fast when already in sync)
+#   lint-NAME  ruff format --check, ruff check and mypy, from that project's own dev group
+define python-project
+.PHONY: $(1)-env lint-$(1)
+$(1)-env: setup-uv
+	cd $(2) && $$(UV) sync --locked --quiet
+lint-$(1): $(1)-env
+	cd $(2) && .venv/bin/ruff format --check . && .venv/bin/ruff check . && .venv/bin/mypy
+SETUP_TARGETS += $(1)-env
+LINT_TARGETS += lint-$(1)
+endef
+
+# Filled in by the component fragments below.
+SETUP_TARGETS :=
+TEST_TARGETS :=
+LINT_TARGETS :=
+include $(sort $(wildcard */make.mk */*/make.mk))
+
+.PHONY: help setup setup-apt setup-uv setup-go lint test demo images cluster-up cluster-down clean-cache
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+
+setup-apt: ## install Debian packages named in hack/apt/*.txt (skipped when unchanged)
+	hack/setup-apt.sh
+
+setup-uv: ## install the pinned uv into the cache
+	hack/setup-uv.sh
+
+setup-go: ## build the control plane, kwok and helm from the Go module proxy (cached)
+	hack/build-control-plane.sh
+
+setup: setup-apt setup-uv setup-go $(SETUP_TARGETS) ## everything the suite needs
+
+lint: setup-uv $(LINT_TARGETS) ## ruff format check, ruff lint and mypy per component
+
+test: setup lint $(TEST_TARGETS) ## set up, lint, and run every suite
+	@echo "make test: all suites passed"
+
+cluster-up: setup-apt setup-go tests-env ## start a local control plane with kwok nodes; prints the kubeconfig
+	@$(TESTS_PY) -m kubecua_testkit.cluster up
+
+cluster-down: ## stop the local control plane
+	@$(TESTS_PY) -m kubecua_testkit.cluster down
+
+images: setup-apt ## build every container image with podman from a debootstrap base
+	hack/build-images.sh
+
+clean-cache: ## remove $(KUBECUA_CACHE) (binaries, uv cache, base images)
+	rm -rf "$(KUBECUA_CACHE)"
