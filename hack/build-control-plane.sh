@@ -3,6 +3,7 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (k8s.io/kubernetes, wrapper in hack/go/k8s)
 #   etcd                                                             (etcdmain wrapper in hack/go/etcd)
 #   kwok, kwokctl, helm                                               (go install)
+# kwokctl --runtime binary then runs the cluster from these local binaries (hack/cluster.sh).
 # Binaries land in $KUBECUA_CACHE/bin/<tool>-<version>/ and are linked into $KUBECUA_CACHE/bin.
 # A binary that already exists is never rebuilt, so this is cheap to run again.
 # Usage: hack/build-control-plane.sh
@@ -68,6 +69,7 @@ go_install() {
 build_kubernetes
 build_etcd
 go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+go_install kwokctl sigs.k8s.io/kwok/cmd/kwokctl "$KWOK_VERSION"
 go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 log "binaries ready in $bin"

@@ -13,7 +13,7 @@ for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "[setup-apt] installing: ${missing[*]}" >&2
   sudo_=""; [[ $(id -u) -ne 0 ]] && sudo_=sudo
-  $sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $sudo_ apt-get -o DPkg::Lock::Timeout=900 update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_ apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 mkdir -p "$cache" && touch "$stamp"

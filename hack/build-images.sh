@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds kubecua's container images with podman, with no registry in reach.
+#   1. A Debian base from debootstrap, imported as docker.io/library/debian:bookworm, so every
+#      Dockerfile keeps a standard FROM line and builds unchanged anywhere else.
+#   2. Each image in IMAGES, tagged localhost/kubecua/<name>:dev, built from the repo root.
+# The base is built once and cached as a tarball under $KUBECUA_CACHE/images/, keyed by suite.
+# Usage: hack/build-images.sh [name ...]     (default: every Dockerfile listed below)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+cache=${KUBECUA_CACHE:-$HOME/.cache/kubecua}/images
+suite=bookworm
+base=docker.io/library/debian:$suite
+declare -A IMAGES=([sandbox]=sandbox-image/Dockerfile [operator]=operator/Dockerfile [trainer]=trainer/Dockerfile)
+# runc: crun refuses this host's cgroup layout; the host's hard rlimits are below podman's defaults.
+PODMAN=(podman --runtime runc)
+LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+
+log() { printf '[build-images] %s\n' "$*" >&2; }
+
+ensure_base() {
+  "${PODMAN[@]}" image exists "$base" && return
+  local tarball=$cache/debian-$suite-minbase.tar
+  if [[ ! -f $tarball ]]; then
+    log "debootstrap $suite (about a minute)"
+    local rootfs
+    rootfs=$(mktemp -d)
+    debootstrap --variant=minbase "$suite" "$rootfs" http://deb.debian.org/debian >/dev/null
+    mkdir -p "$cache" && tar -C "$rootfs" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    rm -rf "$rootfs"
+  fi
+  "${PODMAN[@]}" import "$tarball" "$base" >/dev/null
+  log "base image $base ready"
+}
+
+build() {
+  local name=$1 dockerfile=${IMAGES[$1]}
+  [[ -f $repo/$dockerfile ]] || { log "skip $name: $dockerfile does not exist yet"; return; }
+  log "building localhost/kubecua/$name:dev"
+  # The host's CA bundle reaches pip inside the build as a secret (registry traffic is
+  # TLS-intercepted here); Dockerfiles mount it optionally, so other builders need nothing.
+  "${PODMAN[@]}" build "${LIMITS[@]}" -f "$repo/$dockerfile" -t "localhost/kubecua/$name:dev" \
+    --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt "$repo"
+}
+
+ensure_base
+names=("$@")
+[[ ${#names[@]} -eq 0 ]] && names=("${!IMAGES[@]}")
+for n in "${names[@]}"; do
+  [[ -n ${IMAGES[$n]:-} ]] || { echo "unknown image '$n'; known: ${!IMAGES[*]}" >&2; exit 2; }
+  build "$n"
+done

@@ -1,0 +1,140 @@
+"""A real local Kubernetes control plane on loopback, for tests and `make cluster-up`.
+
+kwokctl (runtime `binary`) runs etcd, kube-apiserver (TLS, service-account keys, RBAC, admission),
+kube-controller-manager, kube-scheduler and the kwok controller as local processes, from the
+binaries hack/build-control-plane.sh builds from the Go module proxy; kwokctl downloads nothing
+when every binary is given. kwok nodes stand in for kubelets: pods scheduled onto them become
+Running and Ready with an IP, but no container really runs.
+
+Usage:
+    python -m kubecua_testkit.cluster up [--name kubecua] [--nodes 3]   # prints the kubeconfig path
+    python -m kubecua_testkit.cluster down [--name kubecua]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+from kubecua_testkit.tools import REPO, binary, cache_dir, run
+
+COMPONENTS = {
+    "--etcd-binary": "etcd",
+    "--kube-apiserver-binary": "kube-apiserver",
+    "--kube-controller-manager-binary": "kube-controller-manager",
+    "--kube-scheduler-binary": "kube-scheduler",
+    "--kwok-controller-binary": "kwok",
+}
+
+
+def workdir() -> Path:
+    """kwokctl keeps each cluster's PKI, configs, logs and pids here, outside the clone."""
+    return Path(os.environ.get("KWOK_WORKDIR", cache_dir() / "kwok"))
+
+
+@dataclass
+class Cluster:
+    name: str
+    kubeconfig: Path
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True):
+        return run(
+            [binary("kubectl"), "--kubeconfig", self.kubeconfig, *args], input=input, check=check
+        )
+
+    def helm(self, *args: str, check: bool = True):
+        return run([binary("helm"), "--kubeconfig", self.kubeconfig, *args], check=check)
+
+    def api_client(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+KWOKCTL_CONFIG = REPO / "hack" / "kwokctl.yaml"
+
+
+def _kwokctl(*args: str | os.PathLike[str], timeout: float = 180):
+    return run(
+        [binary("kwokctl"), "--config", KWOKCTL_CONFIG, *args],
+        env={"KWOK_WORKDIR": str(workdir())},
+        timeout=timeout,
+    )
+
+
+def kubeconfig_path(name: str) -> Path:
+    return workdir() / "clusters" / name / "kubeconfig.yaml"
+
+
+def up(name: str = "kubecua", nodes: int = 3) -> Cluster:
+    """Create (or reuse) cluster `name` with `nodes` Ready kwok nodes; idempotent."""
+    path = kubeconfig_path(name)
+    if not (path.exists() and _healthy(path)):
+        if path.exists():  # a stale cluster from a killed run: clear it first
+            down(name)
+        flags = [arg for flag, tool in COMPONENTS.items() for arg in (flag, str(binary(tool)))]
+        _kwokctl(
+            "create", "cluster", "--name", name, "--runtime", "binary",
+            "--kube-authorization", "--kube-admission", "--wait", "120s", *flags,
+            # kwokctl would otherwise merge a context into ~/.kube/config
+            "--kubeconfig", str(workdir() / "contexts.yaml"),
+        )  # fmt: skip
+    cluster = Cluster(name=name, kubeconfig=path)
+    _kwokctl("scale", "node", "--name", name, "--replicas", str(nodes))
+    wait_nodes_ready(cluster, nodes)
+    return cluster
+
+
+def down(name: str = "kubecua") -> None:
+    _kwokctl("delete", "cluster", "--name", name)
+
+
+def _healthy(kubeconfig: Path) -> bool:
+    try:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        client.VersionApi(api).get_code(_request_timeout=3)
+        return True
+    except Exception:  # any failure means "not usable": recreate it
+        return False
+
+
+def wait_nodes_ready(cluster: Cluster, count: int, timeout: float = 60) -> None:
+    """Block until `count` nodes report Ready (kwok fakes their heartbeats)."""
+    core = client.CoreV1Api(cluster.api_client())
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = [
+            n.metadata.name
+            for n in core.list_node().items
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        ]
+        if len(ready) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(ready)} of {count} kwok nodes became Ready")
+        time.sleep(0.2)  # polling the API is the condition check; kwok has no event to wait on
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kubecua_testkit.cluster")
+    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("--name", default=os.environ.get("KUBECUA_CLUSTER", "kubecua"))
+    parser.add_argument("--nodes", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.action == "down":
+        down(args.name)
+        return 0
+    started = time.monotonic()
+    cluster = up(args.name, args.nodes)
+    print(f"cluster {args.name} ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    print(f"export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr)
+    print(cluster.kubeconfig)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
