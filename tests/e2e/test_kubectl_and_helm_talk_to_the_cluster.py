@@ -43,4 +43,5 @@ def test_helm_installs_lists_and_uninstalls_a_chart(cluster, namespace, tmp_path
     assert cm["data"] == {"greeting": "hej"}
     cluster.helm("uninstall", "hello", "-n", namespace, "--wait")
     gone = cluster.kubectl("get", "cm", "hello", "-n", namespace, check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    assert gone.returncode != 0
+    assert "NotFound" in gone.stderr

@@ -17,7 +17,9 @@ def binary(name: str) -> Path:
     """Path of a cached binary; a clear error says how to build it when it is missing."""
     path = cache_dir() / "bin" / name
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: run `make setup-go` to build the control plane")
+        raise FileNotFoundError(
+            f"{path} is missing: run `make setup-go` to build the control plane"
+        )
     return path
 
 
