@@ -1,1 +1,45 @@
-"""kubecua."""
+"""Async client and wire models of the kubecua episode API (docs/episode-api.md)."""
+
+from kubecua_sandbox_client.client import SandboxClient
+from kubecua_sandbox_client.errors import (
+    InvalidRequest,
+    SandboxBusy,
+    SandboxError,
+    SandboxUnavailable,
+)
+from kubecua_sandbox_client.models import (
+    SPECIAL_ACTIONS,
+    EpisodeCreate,
+    EpisodeStarted,
+    ErrorBody,
+    Evaluation,
+    Observation,
+    ObservationOptions,
+    Readiness,
+    Released,
+    SandboxStatus,
+    SettleOptions,
+    StepRequest,
+    StepResult,
+)
+
+__all__ = [
+    "SPECIAL_ACTIONS",
+    "EpisodeCreate",
+    "EpisodeStarted",
+    "ErrorBody",
+    "Evaluation",
+    "InvalidRequest",
+    "Observation",
+    "ObservationOptions",
+    "Readiness",
+    "Released",
+    "SandboxBusy",
+    "SandboxClient",
+    "SandboxError",
+    "SandboxStatus",
+    "SandboxUnavailable",
+    "SettleOptions",
+    "StepRequest",
+    "StepResult",
+]

@@ -1,0 +1,167 @@
+"""Sandbox benchmark: starts one local sandbox (kubecua-sandbox-local) and prints JSON with
+- step overhead p50/p95 at 1920x1080: action to observation, settle excluded (settle capped at 0)
+- step latency incl. adaptive settle for a click and for typing into the text editor
+- screenshot capture + PNG encode on the desktop (/screenshot) and our JPEG re-encode
+- reset (release) p50/p95
+- the OSWorld-style anchor from the same run: pyautogui-style screenshot (PIL ImageGrab) +
+  default PNG + fixed 2 s pause
+
+    sandbox-image/episode-server/.venv/bin/python sandbox-image/bench/bench_sandbox.py [--n 10]
+
+Leaves out: container cold start (added with the image build)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from kubecua_sandbox_client import ObservationOptions, SandboxClient, SettleOptions
+
+CHECK = {"type": "vm_command_line", "command": "true", "shell": True}
+TASK = {
+    "id": "bench",
+    "instruction": "bench",
+    "config": [],
+    "evaluator": {"func": "exact_match", "result": CHECK,
+                  "expected": {"type": "rule", "rules": {"expected": ""}}},
+}  # fmt: skip
+EDITOR_TASK = {**TASK, "config": [
+    {"type": "execute", "parameters": {"command": "touch /home/user/b.txt", "shell": True}},
+    {"type": "launch", "parameters": {"command": ["gedit", "/home/user/b.txt"]}},
+    {"type": "sleep", "parameters": {"seconds": 3}}]}  # fmt: skip
+# pyautogui.screenshot() is PIL's ImageGrab on X11 (pyscreeze also insists on gnome-screenshot,
+# which Debian's sandbox does not ship), so the anchor calls ImageGrab directly.
+ANCHOR = """import io, time
+from PIL import ImageGrab
+t = time.monotonic(); img = ImageGrab.grab(); buf = io.BytesIO(); img.save(buf, "PNG")
+print(time.monotonic() - t)"""
+
+
+def pct(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {"p50": round(statistics.median(xs), 4), "p95": round(xs[int(0.95 * (len(xs) - 1))], 4)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def measure(url: str, token: str, n: int) -> dict[str, object]:
+    out: dict[str, object] = {}
+    full = ObservationOptions(format="png")
+    async with SandboxClient(url, token, timeout=180) as sb:
+        ep = await sb.start_episode(TASK, full, SettleOptions(min_seconds=0, max_seconds=0))
+        over = []
+        for i in range(n):
+            t = time.monotonic()
+            await sb.step(ep.episode_id, f"pyautogui.moveTo({100 + i}, 100)")
+            over.append(time.monotonic() - t)
+        out["step_overhead_1920x1080_seconds"] = pct(over)
+        await sb.release(ep.episode_id)
+        ep = await sb.start_episode(EDITOR_TASK, full, SettleOptions())
+        clicks, typing, settle = [], [], []
+        for i in range(n):
+            t = time.monotonic()
+            r = await sb.step(ep.episode_id, f"pyautogui.click({900 + i}, 500)")
+            clicks.append(time.monotonic() - t)
+            settle.append(r.info["settle_seconds"])
+            t = time.monotonic()
+            await sb.step(ep.episode_id, "pyautogui.write('hello kubecua', interval=0.01)")
+            typing.append(time.monotonic() - t)
+        out["step_click_with_settle_seconds"] = pct(clicks)
+        out["step_typing_with_settle_seconds"] = pct(typing)
+        out["settle_seconds_click"] = pct(settle)
+        resets = [(await sb.release(ep.episode_id)).reset_seconds]
+        for _ in range(n - 1):
+            ep = await sb.start_episode(TASK, full)
+            resets.append((await sb.release(ep.episode_id)).reset_seconds)
+        out["reset_seconds"] = pct(resets)
+    return out
+
+
+def screenshot_costs(desktop_url: str, token: str, n: int) -> dict[str, object]:
+    from kubecua_episode.observe import encode
+
+    grab, jpeg = [], []
+    h = {"Authorization": f"Bearer {token}"}
+    for _ in range(n):
+        t = time.monotonic()
+        png = httpx.get(desktop_url + "/screenshot", headers=h, timeout=30).content
+        grab.append(time.monotonic() - t)
+        t = time.monotonic()
+        encode(png, ObservationOptions(format="jpeg", max_pixels=1280 * 720))
+        jpeg.append(time.monotonic() - t)
+    return {"desktop_screenshot_capture_png_seconds": pct(grab),
+            "reencode_jpeg_1280x720_seconds": pct(jpeg)}  # fmt: skip
+
+
+def anchor(desktop_url: str, token: str, n: int) -> dict[str, object]:
+    """Run on the desktop through its /execute (its X server wants the session's cookie)."""
+    h = {"Authorization": f"Bearer {token}"}
+    shots = []
+    for _ in range(n):
+        body = {"command": ["python3", "-c", ANCHOR]}
+        r = httpx.post(desktop_url + "/execute", json=body, headers=h, timeout=60).json()
+        if r.get("returncode") != 0:
+            raise RuntimeError(f"anchor failed on the desktop: {r}")
+        shots.append(float(r["output"].split()[-1]))
+    return {
+        "osworld_anchor_screenshot_png_seconds": pct(shots),
+        "osworld_anchor_pause_seconds": 2.0,
+        "osworld_anchor_step_seconds_excl_action": pct([s + 2.0 for s in shots]),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=10)
+    n = p.parse_args().n
+    work = Path(tempfile.mkdtemp(prefix="kubecua-bench-"))
+    token = os.urandom(8).hex()
+    (work / "token").write_text(token)
+    port, dport, display = free_port(), free_port(), 300 + os.getpid() % 300
+    cmd = [sys.executable, "-m", "kubecua_episode.local", "--display", str(display),
+           "--episode-port", str(port), "--desktop-port", str(dport), "--cdp-port",
+           str(free_port()), "--vlc-port", str(free_port()), "--token-file", str(work / "token"),
+           "--workdir", str(work)]  # fmt: skip
+    proc = subprocess.Popen(cmd)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(url):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                sys.exit("bench: sandbox did not become ready")
+            time.sleep(0.2)
+        result = asyncio.run(measure(url, token, n))
+        result.update(screenshot_costs(f"http://127.0.0.1:{dport}", token, n))
+        result.update(anchor(f"http://127.0.0.1:{dport}", token, n))
+        result["n"] = n
+        print(json.dumps(result, indent=2))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Wire models of the episode API (docs/episode-api.md). Shared by the episode server and the
+trainer, so a field changes in one place. Only pydantic: the trainer imports this without the
+episode server's heavy dependencies."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ActionSpace = Literal["pyautogui", "computer_13"]
+# Special actions that end or pause an episode without touching the desktop (OSWorld's names).
+SPECIAL_ACTIONS = ("DONE", "FAIL", "WAIT")
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObservationOptions(_Wire):
+    """What each observation carries and how the screenshot is encoded."""
+
+    format: Literal["png", "jpeg"] = "png"
+    max_pixels: int | None = Field(
+        default=None, ge=64 * 64, description="resize so width*height <= this; null = full size"
+    )
+    jpeg_quality: int = Field(default=90, ge=10, le=100)
+    a11y_tree: bool = False
+    terminal: bool = False
+
+
+class SettleOptions(_Wire):
+    """Adaptive wait after an action: done when `stable_frames` consecutive screenshots match,
+    never before `min_seconds`, never after `max_seconds`."""
+
+    min_seconds: float = Field(default=0.1, ge=0.0, le=10.0)
+    max_seconds: float = Field(default=3.0, ge=0.0, le=30.0)
+    stable_frames: int = Field(default=2, ge=1, le=20)
+    interval_seconds: float = Field(default=0.05, ge=0.01, le=1.0)
+
+
+class EpisodeCreate(_Wire):
+    """Body of POST /episodes: an OSWorld task config plus observation and settle options."""
+
+    task: dict[str, Any]
+    observation: ObservationOptions = ObservationOptions()
+    settle: SettleOptions = SettleOptions()
+
+
+class Observation(_Wire):
+    screenshot: str = Field(description="base64 of the encoded image")
+    format: Literal["png", "jpeg"]
+    width: int
+    height: int
+    a11y_tree: str | None = None
+    terminal: str | None = None
+    step: int
+
+
+class EpisodeStarted(_Wire):
+    episode_id: str
+    instruction: str
+    observation: Observation
+    setup_seconds: float = 0.0
+
+
+class StepRequest(_Wire):
+    """An action: pyautogui code, a computer_13 dict, or DONE / FAIL / WAIT."""
+
+    action: str | dict[str, Any]
+    action_space: ActionSpace = "pyautogui"
+
+
+class StepResult(_Wire):
+    observation: Observation
+    done: bool
+    info: dict[str, Any] = {}
+
+
+class Evaluation(_Wire):
+    score: float = Field(ge=0.0, le=1.0)
+    details: dict[str, Any] = {}
+
+
+class Released(_Wire):
+    reset_seconds: float
+    clean: bool
+
+
+class Readiness(_Wire):
+    ready: bool
+    busy: bool
+    reason: str | None = None
+
+
+class SandboxStatus(_Wire):
+    ready: bool
+    busy: bool
+    episode_id: str | None
+    episodes_served: int
+    last_reset_seconds: float | None
+
+
+class ErrorBody(BaseModel):
+    """Every error response: what is wrong and what to do, plus a CamelCase reason."""
+
+    detail: Any
+    reason: str = "Error"

@@ -1,0 +1,30 @@
+"""Shared route dependencies: the objects created once in app.create_app."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from kubecua_desktop.desktop import Desktop
+from kubecua_desktop.procs import Launcher
+from kubecua_desktop.recorder import Recorder
+from kubecua_desktop.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_desktop(request: Request) -> Desktop:
+    desktop: Desktop = request.app.state.desktop
+    return desktop
+
+
+def get_launcher(request: Request) -> Launcher:
+    launcher: Launcher = request.app.state.launcher
+    return launcher
+
+
+def get_recorder(request: Request) -> Recorder:
+    recorder: Recorder = request.app.state.recorder
+    return recorder

@@ -1,0 +1,134 @@
+"""kubecua-sandbox-local: one local sandbox (a desktop session + its episode server) in the
+foreground, for tests, `make demo` and the trainer's local sandbox source.
+
+    kubecua-sandbox-local --display 91 --episode-port 18091 --desktop-port 15091 \
+        --cdp-port 19291 --vlc-port 18191 --token-file /tmp/tok --workdir /tmp/sb91
+
+Starts S1's desktop session (`python -m kubecua_desktop.session` from the desktop-server venv),
+waits until its screenshot comes back, snapshots the fresh home as the pristine copy that resets
+restore, then runs the episode server. Ready when GET http://127.0.0.1:PORT/readyz is 200.
+SIGTERM/SIGINT stop both. Leaves out: containers (see sandbox-image/Dockerfile). Several can run
+at once when display and ports differ."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import requests
+
+REPO_SANDBOX = Path(__file__).resolve().parents[2]
+DEFAULT_DESKTOP_PYTHON = REPO_SANDBOX / "desktop-server" / ".venv" / "bin" / "python"
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="kubecua-sandbox-local", description=__doc__.split("\n")[0])
+    p.add_argument("--display", type=int, required=True, help="X display number N (:N)")
+    p.add_argument("--episode-port", type=int, required=True)
+    p.add_argument("--desktop-port", type=int, required=True)
+    p.add_argument("--cdp-port", type=int, required=True)
+    p.add_argument("--vlc-port", type=int, required=True)
+    p.add_argument("--token-file", type=Path, required=True)
+    p.add_argument("--workdir", type=Path, required=True, help="home, pristine copy, logs")
+    p.add_argument("--desktop-python", type=Path, default=DEFAULT_DESKTOP_PYTHON)
+    p.add_argument("--ready-timeout", type=float, default=120.0)
+    a = p.parse_args(argv)
+    if not a.token_file.is_file() or not a.token_file.read_text().strip():
+        p.error(f"--token-file {a.token_file} is missing or empty")
+    if not a.desktop_python.exists():
+        p.error(f"no desktop-server python at {a.desktop_python}: run `make sandbox-env`")
+    return a
+
+
+def _die_with_parent() -> None:
+    """Runs in each child before exec: SIGTERM it if this launcher dies, even by SIGKILL
+    (Linux prctl PR_SET_PDEATHSIG), so a killed launcher leaves no orphans."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True,
+                            preexec_fn=_die_with_parent)  # fmt: skip
+
+
+def _wait_desktop(url: str, token: str, proc: subprocess.Popen[bytes], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"kubecua-sandbox-local: desktop session exited with {proc.returncode}")
+        try:
+            r = requests.get(url + "/screenshot", headers={"Authorization": f"Bearer {token}"},
+                             timeout=5)  # fmt: skip
+            if r.status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"kubecua-sandbox-local: desktop at {url} not up after {limit:.0f} s")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in reversed(procs):
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in reversed(procs):
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = _args(argv)
+    work = a.workdir.resolve()
+    home, pristine, logs = work / "home", work / "home.pristine", work / "logs"
+    for d in (home, logs):
+        d.mkdir(parents=True, exist_ok=True)
+    token_file = str(a.token_file.resolve())
+    env = {**os.environ, "KUBECUA_SANDBOX_TOKEN_FILE": token_file}
+    env.pop("KUBECUA_SANDBOX_TOKEN", None)
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    try:
+        desktop_cmd = [
+            str(a.desktop_python), "-m", "kubecua_desktop.session",
+            "--display", f":{a.display}", "--port", str(a.desktop_port),
+            "--cdp-port", str(a.cdp_port), "--vlc-port", str(a.vlc_port), "--home", str(home),
+        ]  # fmt: skip
+        with open(logs / "desktop.log", "ab") as out:
+            procs.append(_spawn(desktop_cmd, env, out))
+        url = f"http://127.0.0.1:{a.desktop_port}"
+        _wait_desktop(url, a.token_file.read_text().strip(), procs[0], a.ready_timeout)
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(home, pristine, symlinks=True)
+        episode_env = {
+            **env, "KUBECUA_DESKTOP_PORT": str(a.desktop_port), "KUBECUA_CDP_PORT": str(a.cdp_port),
+            "KUBECUA_VLC_PORT": str(a.vlc_port), "KUBECUA_DISPLAY": f":{a.display}",
+            "KUBECUA_HOME": str(home), "KUBECUA_PRISTINE_HOME": str(pristine),
+            "KUBECUA_CACHE_DIR": str(work / "cache"),
+        }  # fmt: skip
+        episode_env.pop("DISPLAY", None)  # not on the desktop's display: resets would kill us
+        cmd = [sys.executable, "-m", "kubecua_episode", "--port", str(a.episode_port)]
+        with open(logs / "episode.log", "ab") as out:
+            procs.append(_spawn(cmd, episode_env, out))
+        while not stopping and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+    finally:
+        _stop(procs)
+    failed = [p for p in procs if p.returncode not in (0, -signal.SIGTERM)]
+    sys.exit(1 if failed and not stopping else 0)
+
+
+if __name__ == "__main__":
+    main()

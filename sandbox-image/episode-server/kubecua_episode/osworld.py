@@ -1,0 +1,157 @@
+"""desktop-env attached to an existing desktop: setup (SetupController) and evaluation (getters
+and metrics) exactly as desktop-env runs them, without a VM provider and without its heavy
+imports. desktop_env/evaluators/metrics/__init__.py imports every metric module (easyocr -> torch,
+librosa, ...); we register that package empty and import only the light metric modules, so a
+task naming a metric from a heavy module fails with a clear error instead of pulling GBs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import desktop_env
+
+_ROOT = os.path.dirname(desktop_env.__file__)
+_METRICS_PKG = "desktop_env.evaluators.metrics"
+LIGHT_METRIC_MODULES = ("general", "table", "basic_os", "utils")
+
+
+def _load_metrics() -> dict[str, Callable[..., Any]]:
+    if _METRICS_PKG not in sys.modules:
+        pkg = types.ModuleType(_METRICS_PKG)
+        pkg.__path__ = [os.path.join(_ROOT, "evaluators", "metrics")]
+        sys.modules[_METRICS_PKG] = pkg
+    funcs: dict[str, Callable[..., Any]] = {}
+    for name in LIGHT_METRIC_MODULES:
+        mod = importlib.import_module(f"{_METRICS_PKG}.{name}")
+        funcs.update({k: v for k, v in vars(mod).items() if callable(v) and not k.startswith("_")})
+    return funcs
+
+
+METRICS = _load_metrics()
+from desktop_env.controllers.python import PythonController  # noqa: E402
+from desktop_env.controllers.setup import SetupController  # noqa: E402
+from desktop_env.evaluators import getters  # noqa: E402
+
+
+class TaskError(ValueError):
+    """The task config is malformed or names something this server does not provide."""
+
+
+@dataclass
+class AttachedEnv:
+    """What desktop-env's getters read from a DesktopEnv (env.vm_ip, env.controller, ...)."""
+
+    vm_ip: str
+    server_port: int
+    chromium_port: int
+    vlc_port: int
+    cache_dir: str
+    controller: PythonController
+    setup_controller: SetupController
+    vm_platform: str = "Linux"
+    current_use_proxy: bool = False
+    action_history: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def attach(cls, host: str, port: int, cdp: int, vlc: int, cache_dir: str, **kw: Any) -> Any:
+        os.makedirs(cache_dir, exist_ok=True)
+        setup = SetupController(host, port, cdp, vlc, cache_dir, **kw)
+        return cls(host, port, cdp, vlc, cache_dir, PythonController(host, port), setup)
+
+
+def _getter(kind: str) -> Callable[..., Any]:
+    fn = getattr(getters, f"get_{kind}", None)
+    if fn is None:
+        raise TaskError(f"unknown getter type {kind!r}")
+    return fn
+
+
+def _metric(name: str) -> Callable[..., Any]:
+    if name not in METRICS:
+        raise TaskError(f"metric {name!r} is not available here (light modules only)")
+    return METRICS[name]
+
+
+def validate_task(task: dict[str, Any]) -> None:
+    """Reject what would only fail later: missing instruction, unknown setup verbs or metrics."""
+    if not isinstance(task.get("instruction"), str):
+        raise TaskError("task.instruction must be a string")
+    for step in task.get("config", []) or []:
+        if not hasattr(SetupController, f"_{step.get('type')}_setup"):
+            raise TaskError(f"unknown setup step type {step.get('type')!r}")
+    ev = task.get("evaluator")
+    if not isinstance(ev, dict) or "func" not in ev:
+        raise TaskError("task.evaluator.func is required")
+    for name in ev["func"] if isinstance(ev["func"], list) else [ev["func"]]:
+        if name != "infeasible":
+            _metric(name)
+
+
+OSWORLD_HOME = "/home/user"
+
+
+def map_home(value: Any, home: Any) -> Any:
+    """OSWorld tasks hard-code /home/user; a local sandbox's home is elsewhere. Rewrites every
+    string under the task (setup and evaluator) to the real home.
+
+    >>> map_home({"path": "/home/user/a.txt", "n": 1}, "/tmp/sb/home")
+    {'path': '/tmp/sb/home/a.txt', 'n': 1}
+    """
+    if home is None or str(home) == OSWORLD_HOME:
+        return value
+    if isinstance(value, str):
+        return value.replace(OSWORLD_HOME, str(home))
+    if isinstance(value, list):
+        return [map_home(v, home) for v in value]
+    if isinstance(value, dict):
+        return {k: map_home(v, home) for k, v in value.items()}
+    return value
+
+
+def _as_list(x: Any, n: int) -> list[Any]:
+    return list(x) if isinstance(x, list) else [x] * n
+
+
+def evaluate(env: AttachedEnv, task: dict[str, Any], last_action: Any) -> tuple[float, dict]:
+    """desktop-env's DesktopEnv.evaluate semantics: postconfig, infeasible, and/or of metrics."""
+    ev = task["evaluator"]
+    env.setup_controller.setup(ev.get("postconfig", []))
+    if ev["func"] == "infeasible":
+        return (1.0 if last_action == "FAIL" else 0.0), {"metric": "infeasible"}
+    if last_action == "FAIL":
+        return 0.0, {"metric": ev["func"], "reason": "agent answered FAIL"}
+    funcs = ev["func"] if isinstance(ev["func"], list) else [ev["func"]]
+    n, conj = len(funcs), ev.get("conj", "and")
+    results, exps = _as_list(ev.get("result"), n), _as_list(ev.get("expected"), n)
+    options = _as_list(ev.get("options", {}), n)
+    scores: list[float] = []
+    details: list[dict[str, Any]] = []
+    for i, name in enumerate(funcs):
+        try:
+            got = _getter(results[i]["type"])(env, results[i])
+        except FileNotFoundError:
+            got = None
+        args = [got]
+        if exps[i]:
+            args.append(_getter(exps[i]["type"])(env, exps[i]))
+        score = float(_metric(name)(*args, **(options[i] or {})))
+        scores.append(score)
+        details.append({"metric": name, "score": score, "result": _short(got)})
+        if (conj == "and" and score == 0.0) or (conj == "or" and score == 1.0):
+            break
+    if conj == "and":  # any zero fails the task; otherwise the mean (fractional credit)
+        final = 0.0 if scores[-1] == 0.0 else sum(scores) / len(scores)
+    else:
+        final = max(scores)
+    return max(0.0, min(1.0, final)), {"metric": funcs, "conj": conj, "metrics": details}
+
+
+def _short(value: Any, limit: int = 500) -> Any:
+    text = repr(value)
+    return value if len(text) <= limit and isinstance(value, str | int | float) else text[:limit]

@@ -1,0 +1,268 @@
+"""One sandbox, one episode at a time: the episode lifecycle behind the HTTP routes.
+
+Every blocking call (desktop HTTP, desktop-env, psutil) runs in a worker thread with a timeout,
+so the event loop keeps answering /healthz, /readyz and 409s while an episode works."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kubecua_episode import actions, osworld
+from kubecua_episode.desktop import Desktop, DesktopError, is_black
+from kubecua_episode.metrics import Metrics
+from kubecua_episode.observe import build_observation, settle
+from kubecua_episode.reset import Resetter
+from kubecua_episode.settings import Settings
+from kubecua_sandbox_client import (
+    EpisodeCreate,
+    EpisodeStarted,
+    Evaluation,
+    Readiness,
+    Released,
+    SandboxStatus,
+    StepRequest,
+    StepResult,
+)
+
+log = logging.getLogger("kubecua.episode")
+T = TypeVar("T")
+
+
+class ApiError(Exception):
+    """Becomes {"detail", "reason"} with `status` (see app.py)."""
+
+    def __init__(self, status: int, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.reason, self.detail = status, reason, detail
+
+
+@dataclass
+class Episode:
+    id: str
+    request: EpisodeCreate
+    steps: int = 0
+    done: bool = False
+    last_action: Any = None
+    started: float = 0.0
+    scored: bool = False
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any, limit: float, reason: str) -> T:
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(fn, *args), limit)
+    except TimeoutError as e:
+        raise ApiError(504, reason, f"{reason}: timed out after {limit:.0f} s") from e
+    except DesktopError as e:
+        raise ApiError(502, reason, str(e)) from e
+
+
+class Sandbox:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.s, self.metrics = settings, metrics
+        self.desktop = Desktop(settings.desktop_url, settings.token)
+        self.resetter = Resetter(settings.display, settings.home, settings.pristine_home)
+        self.episode: Episode | None = None
+        self.episodes_served = 0
+        self.last_reset_seconds: float | None = None
+        self.clean_problems: list[str] = []
+        self.baseline_windows: set[str] = set()
+        self.releasing = False
+        self.started = False  # True once the baseline of a clean desktop is taken
+
+    def take_baseline(self) -> None:
+        """Called once the desktop is up and pristine: what 'clean' looks like."""
+        self.resetter.take_baseline()
+        self.baseline_windows = set(self.desktop.window_ids())
+        self.started = True
+
+    def env(self) -> osworld.AttachedEnv:
+        s = self.s
+        return osworld.AttachedEnv.attach(
+            s.desktop_host, s.desktop_port, s.cdp_port, s.vlc_port, str(s.cache_dir),
+            client_password=s.client_password, screen_width=s.screen_width,
+            screen_height=s.screen_height,
+        )  # fmt: skip
+
+    # -- readiness ---------------------------------------------------------------------------
+    def _check_ready(self) -> str | None:
+        if not self.started:
+            return "Starting: waiting for the desktop to answer"
+        if self.clean_problems:
+            return "NotClean: " + "; ".join(self.clean_problems)
+        try:
+            if is_black(self.desktop.screenshot()):
+                return "BlackScreen: the desktop's screenshot is black"
+        except DesktopError as e:
+            return f"DesktopUnreachable: {e}"
+        return None
+
+    async def readiness(self) -> Readiness:
+        busy = self.episode is not None or self.releasing
+        reason = await asyncio.to_thread(self._check_ready)
+        self.metrics.ready.set(0 if reason else 1)
+        return Readiness(ready=reason is None and not self.releasing, busy=busy, reason=reason)
+
+    def status(self, ready: bool) -> SandboxStatus:
+        return SandboxStatus(
+            ready=ready,
+            busy=self.episode is not None,
+            episode_id=self.episode.id if self.episode else None,
+            episodes_served=self.episodes_served,
+            last_reset_seconds=self.last_reset_seconds,
+        )
+
+    def get(self, episode_id: str) -> Episode:
+        if self.episode is None or self.episode.id != episode_id:
+            raise ApiError(404, "UnknownEpisode", f"no episode {episode_id!r} on this sandbox")
+        return self.episode
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self, req: EpisodeCreate) -> EpisodeStarted:
+        if self.episode is not None or self.releasing:
+            raise ApiError(409, "SandboxBusy", "this sandbox runs an episode; try another one")
+        req = req.model_copy(update={"task": osworld.map_home(req.task, self.s.home)})
+        try:
+            osworld.validate_task(req.task)
+        except osworld.TaskError as e:
+            raise ApiError(422, "InvalidTask", str(e)) from e
+        ep = Episode(id=f"ep-{uuid.uuid4().hex[:12]}", request=req, started=time.monotonic())
+        self.episode = ep  # claimed before the first await: a concurrent POST now gets 409
+        self.metrics.busy.set(1)
+        if reason := await asyncio.to_thread(self._check_ready):
+            await self._drop(ep, "setup_failed")
+            raise ApiError(503, "SandboxNotReady", reason)
+        t0 = time.monotonic()
+        try:
+            await _in_thread(self._setup, req.task, limit=self.s.setup_timeout_s,
+                             reason="SetupFailed")  # fmt: skip
+        except ApiError as e:
+            self.metrics.setup_failures.labels(reason=e.reason).inc()
+            await self._drop(ep, "setup_failed")
+            raise
+        except Exception as e:  # desktop-env raises bare Exception on a failed setup step
+            self.metrics.setup_failures.labels(reason="SetupStepFailed").inc()
+            await self._drop(ep, "setup_failed")
+            raise ApiError(502, "SetupFailed", f"task setup failed: {e}") from e
+        setup_s = time.monotonic() - t0
+        self.metrics.setup_duration.observe(setup_s)
+        obs = await self._observe(ep, with_settle=True)
+        log.info("episode started", extra={"episode": ep.id, "task": req.task.get("id")})
+        return EpisodeStarted(episode_id=ep.id, instruction=req.task["instruction"],
+                              observation=obs[0], setup_seconds=round(setup_s, 3))  # fmt: skip
+
+    def _setup(self, task: dict[str, Any]) -> None:
+        if not task.get("config"):  # setup() would still probe the desktop's /terminal
+            return
+        if not self.env().setup_controller.setup(task["config"]):
+            raise DesktopError("desktop-env could not reach the desktop")
+
+    async def _observe(self, ep: Episode, with_settle: bool) -> tuple[Any, float]:
+        opts = ep.request.observation
+        settle_opts = ep.request.settle
+        if not with_settle:
+            settle_opts = settle_opts.model_copy(update={"stable_frames": 1, "max_seconds": 0.0})
+        grab = self.desktop.screenshot_png
+        settled = await _in_thread(
+            settle, grab, settle_opts, limit=self.s.step_timeout_s, reason="DesktopError"
+        )
+        a11y = (
+            await asyncio.to_thread(self.desktop.get_text, "/accessibility")
+            if opts.a11y_tree
+            else None
+        )
+        term = (
+            await asyncio.to_thread(self.desktop.get_text, "/terminal") if opts.terminal else None
+        )
+        obs = await asyncio.to_thread(build_observation, settled.png, opts, ep.steps, a11y, term)
+        return obs, settled.seconds
+
+    async def step(self, episode_id: str, req: StepRequest) -> StepResult:
+        ep = self.get(episode_id)
+        if ep.done:
+            raise ApiError(409, "EpisodeDone", "the episode has ended (DONE/FAIL); evaluate it")
+        kind = actions.special(req.action)
+        try:
+            if kind is None:
+                actions.check(req.action, req.action_space)
+        except actions.InvalidAction as e:
+            raise ApiError(422, "InvalidAction", str(e)) from e
+        t0 = time.monotonic()
+        info: dict[str, Any] = {}
+        if kind is None:
+            info.update(await _in_thread(self._run, req, limit=self.s.step_timeout_s,
+                                         reason="DesktopError"))  # fmt: skip
+        ep.steps += 1
+        ep.last_action = kind or req.action
+        ep.done = kind in ("DONE", "FAIL")
+        action_s = time.monotonic() - t0
+        obs, settle_s = await self._observe(ep, with_settle=not ep.done)
+        self.metrics.settle_duration.observe(settle_s)
+        self.metrics.step_duration.observe(time.monotonic() - t0)
+        info.update(action_seconds=round(action_s, 4), settle_seconds=round(settle_s, 4))
+        return StepResult(observation=obs, done=ep.done, info=info)
+
+    def _run(self, req: StepRequest) -> dict[str, Any]:
+        if req.action_space == "computer_13":
+            self.env().controller.execute_action(req.action)
+            return {}
+        out = self.desktop.execute(actions.pyautogui_command(str(req.action)))
+        if out.get("returncode", 0) != 0:  # the policy's code failed: its problem, not ours
+            return {"error": str(out.get("error") or out.get("output"))[-2000:]}
+        return {}
+
+    async def evaluate(self, episode_id: str) -> Evaluation:
+        ep = self.get(episode_id)
+        t0 = time.monotonic()
+        try:
+            score, details = await _in_thread(
+                osworld.evaluate, self.env(), ep.request.task, ep.last_action,
+                limit=self.s.evaluate_timeout_s, reason="EvaluationFailed",
+            )  # fmt: skip
+        except ApiError:
+            raise
+        except Exception as e:
+            raise ApiError(502, "EvaluationFailed", f"evaluation failed: {e!r}") from e
+        self.metrics.evaluate_duration.observe(time.monotonic() - t0)
+        self.metrics.episodes.labels(outcome="success" if score >= 1.0 else "failure").inc()
+        ep.done, ep.scored = True, True
+        return Evaluation(score=score, details=details)
+
+    async def release(self, episode_id: str) -> Released:
+        ep = self.get(episode_id)
+        outcome = "completed" if ep.scored else "unscored"
+        return await self._drop(ep, outcome)
+
+    async def _drop(self, ep: Episode, outcome: str) -> Released:
+        """End the episode, reset the desktop and verify it. Busy until verified."""
+        if outcome != "completed":
+            self.metrics.episodes.labels(outcome=outcome).inc()
+        self.releasing, self.episode = True, None
+        try:
+            seconds, problems = await _in_thread(self._reset, limit=self.s.reset_timeout_s,
+                                                 reason="ResetFailed")  # fmt: skip
+        except ApiError as e:
+            seconds, problems = self.s.reset_timeout_s, [str(e)]
+        finally:
+            self.releasing = False
+            self.metrics.busy.set(0)
+        self.clean_problems, self.last_reset_seconds = problems, seconds
+        self.episodes_served += 1
+        self.metrics.reset_duration.observe(seconds)
+        extra = {"episode": ep.id, "reset_seconds": round(seconds, 3), "problems": problems,
+                 "killed": self.resetter.killed}  # fmt: skip
+        log.info("episode released", extra=extra)
+        return Released(reset_seconds=round(seconds, 3), clean=not problems)
+
+    def _reset(self) -> tuple[float, list[str]]:
+        t0 = time.monotonic()
+        _, problems = self.resetter.reset()
+        extra = set(self.desktop.window_ids()) - self.baseline_windows
+        if extra:
+            problems.append(f"windows still open: {sorted(extra)}")
+        return time.monotonic() - t0, problems

@@ -1,0 +1,157 @@
+"""Episode API behaviour on a real desktop: exclusivity (409, nothing evicted), a released
+sandbox is clean (task files gone, windows closed), bad input gets 4xx and the server stays up,
+readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import LocalSandbox
+
+WRITE_TASK: dict[str, Any] = {
+    "id": "api-write",
+    "instruction": "nothing",
+    "config": [
+        {
+            "type": "execute",
+            "parameters": {"command": "echo x > /home/user/task-file.txt", "shell": True},
+        },
+        {"type": "launch", "parameters": {"command": ["gedit", "/home/user/task-file.txt"]}},
+    ],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "vm_command_line", "command": "echo hi", "shell": True},
+        "expected": {"type": "rule", "rules": {"expected": "hi\n"}},
+    },
+}
+FAST = {"observation": {"format": "jpeg", "max_pixels": 57600}, "settle": {"max_seconds": 1.0}}
+
+
+@pytest.fixture
+def http(sandbox: LocalSandbox) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {sandbox.token}"}
+    with httpx.Client(base_url=sandbox.url, headers=headers, timeout=120) as client:
+        yield client
+
+
+def _start(http: httpx.Client, task: dict[str, Any]) -> str:
+    resp = http.post("/episodes", json={"task": task, **FAST})
+    assert resp.status_code == 201, resp.text
+    return str(resp.json()["episode_id"])
+
+
+def _wait_window(http: httpx.Client, sandbox: LocalSandbox, eid: str) -> None:
+    """gedit's window appears asynchronously: step WAIT (settle-driven) until wmctrl lists it."""
+    for _ in range(100):
+        if "task-file" in _windows(sandbox):
+            return
+        assert http.post(f"/episodes/{eid}/step", json={"action": "WAIT"}).status_code == 200
+    raise AssertionError("gedit window never appeared")
+
+
+def _windows(sandbox: LocalSandbox) -> str:
+    """Window titles, asked through the desktop's own API (its X server wants its cookie)."""
+    resp = httpx.post(sandbox.desktop_url + "/execute", json={"command": ["wmctrl", "-l"]},
+                      headers={"Authorization": f"Bearer {sandbox.token}"}, timeout=60)  # fmt: skip
+    return str(resp.json()["output"])
+
+
+def test_second_episode_is_refused_and_first_survives(http: httpx.Client) -> None:
+    eid = _start(http, {**WRITE_TASK, "config": []})
+    second = http.post("/episodes", json={"task": WRITE_TASK})
+    assert second.status_code == 409
+    assert second.json()["reason"] == "SandboxBusy"
+    assert http.get("/status").json()["episode_id"] == eid
+    assert http.get("/readyz").json()["busy"] is True
+    step = http.post(f"/episodes/{eid}/step", json={"action": "pyautogui.moveTo(10, 10)"})
+    assert step.status_code == 200
+    assert step.json()["observation"]["format"] == "jpeg"
+    assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+
+
+def test_release_closes_windows_and_removes_task_files(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    eid = _start(http, WRITE_TASK)
+    assert (sandbox.home / "task-file.txt").read_text() == "x\n"
+    _wait_window(http, sandbox, eid)
+    released = http.delete(f"/episodes/{eid}").json()
+    assert released["clean"] is True
+    assert released["reset_seconds"] < 30
+    assert not (sandbox.home / "task-file.txt").exists()
+    assert "task-file" not in _windows(sandbox)
+    assert http.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "reason"),
+    [
+        ("post", "/episodes", {"task": {"instruction": 3}}, 422, "InvalidTask"),
+        ("post", "/episodes", {"tusk": {}}, 422, "InvalidRequest"),
+        (
+            "post",
+            "/episodes",
+            {"task": {**WRITE_TASK, "config": [{"type": "nope", "parameters": {}}]}},
+            422,
+            "InvalidTask",
+        ),
+        ("post", "/episodes/ep-missing/step", {"action": "DONE"}, 404, "UnknownEpisode"),
+        ("post", "/episodes/ep-missing/evaluate", None, 404, "UnknownEpisode"),
+        ("delete", "/episodes/ep-missing", None, 404, "UnknownEpisode"),
+    ],
+)
+def test_bad_requests_get_4xx(
+    http: httpx.Client, method: str, path: str, body: Any, status: int, reason: str
+) -> None:
+    resp = http.request(method.upper(), path, json=body)
+    assert resp.status_code == status, resp.text
+    assert resp.json()["reason"] == reason
+    assert http.get("/healthz").json() == {"status": "ok"}
+
+
+def test_malformed_actions_get_422_and_episode_continues(http: httpx.Client) -> None:
+    eid = _start(http, {**WRITE_TASK, "config": []})
+    for body in (
+        {"action": "pyautogui.click(("},
+        {"action": {"x": 1}, "action_space": "pyautogui"},
+        {"action": {"action_type": "TELEPORT"}, "action_space": "computer_13"},
+        {"action": "DONE", "action_space": "morse"},
+    ):
+        resp = http.post(f"/episodes/{eid}/step", json=body)
+        assert resp.status_code == 422, (body, resp.text)
+    move = {"action": {"action_type": "MOVE_TO", "x": 5, "y": 5}, "action_space": "computer_13"}
+    ok = http.post(f"/episodes/{eid}/step", json=move)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["observation"]["step"] == 1
+    done = http.post(f"/episodes/{eid}/step", json={"action": "DONE"}).json()
+    assert done["done"] is True
+    again = http.post(f"/episodes/{eid}/step", json={"action": "WAIT"})
+    assert again.status_code == 409
+    assert http.post(f"/episodes/{eid}/evaluate").json()["score"] == 1.0
+    assert http.delete(f"/episodes/{eid}").status_code == 200
+
+
+def test_auth_and_size_limits(sandbox: LocalSandbox, http: httpx.Client) -> None:
+    assert httpx.get(sandbox.url + "/status").status_code == 401
+    wrong = httpx.get(sandbox.url + "/status", headers={"Authorization": "Bearer nope"})
+    assert wrong.json()["reason"] == "Unauthorized"
+    huge = {"task": {**WRITE_TASK, "pad": "x" * (5 * 1024 * 1024)}}
+    resp = http.post("/episodes", json=huge)
+    assert resp.status_code == 413
+    assert resp.json()["reason"] == "PayloadTooLarge"
+    assert http.get("/readyz").status_code == 200
+
+
+def test_metrics_count_episodes_and_durations(http: httpx.Client) -> None:
+    eid = _start(http, {**WRITE_TASK, "config": []})
+    http.post(f"/episodes/{eid}/evaluate")
+    http.delete(f"/episodes/{eid}")
+    text = httpx.get(str(http.base_url) + "/metrics").text
+    assert 'kubecua_sandbox_episodes_total{outcome="success"}' in text
+    counts = [line for line in text.splitlines()
+              if line.startswith("kubecua_sandbox_reset_duration_seconds_count")]  # fmt: skip
+    assert counts
+    assert float(counts[0].split()[-1]) >= 1

@@ -1,0 +1,77 @@
+"""The offline task suite (sandbox-image/tasks) on a real desktop: for every task the reference
+solution scores 1.0, doing nothing scores 0.0 and the deliberately wrong solution scores below 1.
+LibreOffice tasks are their own (slower) group, marked `libreoffice`; both run in CI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LocalSandbox
+
+from kubecua_sandbox_client import ObservationOptions, SandboxClient, SettleOptions
+
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+TASKS = sorted(p for p in TASKS_DIR.glob("*/*.json") if not p.name.endswith(".solutions.json"))
+# Small JPEG observations and a short settle cap: the suite checks scores, not pixels.
+OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
+SETTLE = SettleOptions(min_seconds=0.0, max_seconds=1.0, stable_frames=1)
+GUI_SETTLE = SettleOptions(min_seconds=0.2, max_seconds=4.0, stable_frames=2)
+
+
+def _load(path: Path) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    return json.loads(path.read_text()), json.loads(path.with_suffix(".solutions.json").read_text())
+
+
+async def _score(sb: SandboxClient, task: dict[str, Any], actions: list[dict[str, Any]]) -> float:
+    gui = task["snapshot"] in ("editor", "libreoffice")
+    ep = await sb.start_episode(task, OBS, GUI_SETTLE if gui else SETTLE)
+    try:
+        for a in actions:
+            res = await sb.step(ep.episode_id, a["action"], a["action_space"])
+            assert "error" not in res.info, (task["id"], a, res.info)
+        return (await sb.evaluate(ep.episode_id)).score
+    finally:
+        released = await sb.release(ep.episode_id)
+        assert released.clean, task["id"]
+
+
+def _run_suite(sandbox: LocalSandbox, paths: list[Path]) -> dict[str, tuple[float, float, float]]:
+    async def run() -> dict[str, tuple[float, float, float]]:
+        out = {}
+        async with SandboxClient(sandbox.url, sandbox.token, timeout=180) as sb:
+            for path in paths:
+                task, sols = _load(path)
+                ref = await _score(sb, task, sols["reference"])
+                noop = await _score(sb, task, [])
+                wrong = await _score(sb, task, sols["wrong"])
+                out[task["id"]] = (ref, noop, wrong)
+        return out
+
+    return asyncio.run(run())
+
+
+def _assert_graded(scores: dict[str, tuple[float, float, float]]) -> None:
+    bad = {k: v for k, v in scores.items() if not (v[0] == 1.0 and v[1] == 0.0 and v[2] < 1.0)}
+    assert not bad, f"(reference, no-op, wrong) scores off for: {bad}"
+
+
+def test_suite_has_graded_tasks_with_solutions() -> None:
+    assert len(TASKS) >= 30
+    for path in TASKS:
+        task, sols = _load(path)
+        assert task["id"] == path.stem
+        assert 1 <= task["difficulty"] <= 10
+        assert sols["reference"], task["id"]
+
+
+def test_reference_scores_one_noop_zero_wrong_below_one(sandbox: LocalSandbox) -> None:
+    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name != "libreoffice"]))
+
+
+@pytest.mark.libreoffice
+def test_libreoffice_tasks_are_graded(sandbox: LocalSandbox) -> None:
+    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name == "libreoffice"]))
