@@ -1,0 +1,113 @@
+"""Turn a step's groups into the learner's batch: GRPO advantages per group, dynamic sampling,
+success replay, and the per-step statistics.
+
+Per group, only scored episodes count (infrastructure failures are already out). A group whose
+rewards are all equal carries no signal: when replay is on and every episode failed, one stored
+success of that task is added as an extra member with reward 1; otherwise, with dynamic sampling
+on, the group is skipped and counted. In perTurn mode turn t of T gets the episode's advantage
+times turn_discount^(T-1-t).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubecua_trainer.advantage import grpo_advantages
+from kubecua_trainer.config import AlgorithmConfig
+from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.rollout.groups import Group
+from kubecua_trainer.rollout.records import SUCCESS_SCORE, EpisodeResult
+from kubecua_trainer.tokens import Sample
+
+
+@dataclass
+class Batch:
+    samples: list[Sample] = field(default_factory=list)
+    groups: int = 0
+    zero_variance_groups: int = 0
+    small_groups: int = 0  # fewer than two scored episodes left
+    replay_injections: int = 0
+    rewards: list[float] = field(default_factory=list)  # every scored episode of the step
+
+    def stats(self) -> dict[str, float]:
+        n = len(self.rewards)
+        advs = [s.advantage for s in self.samples]
+        return {
+            "reward_mean": sum(self.rewards) / n if n else 0.0,
+            "success_rate": sum(r >= SUCCESS_SCORE for r in self.rewards) / n if n else 0.0,
+            "zero_variance_group_fraction": self.zero_variance_groups / max(1, self.groups),
+            "advantage_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
+            "samples": float(len(self.samples)),
+            "replay_injections": float(self.replay_injections),
+        }
+
+
+def validate_samples(groups: list[Group], check: Callable[[Sample], None]) -> None:
+    """Exclude an episode whose sample fails `check` (the image-pad count check), loudly."""
+    for g in groups:
+        for ep in g.scored:
+            try:
+                for s in ep.samples:
+                    check(s)
+            except ValueError as err:
+                ep.fail("invalid_sample", str(err))
+
+
+def assemble_batch(
+    groups: list[Group], algo: AlgorithmConfig, replay: SuccessReplay | None
+) -> Batch:
+    batch = Batch(groups=len(groups))
+    for g in groups:
+        scored = g.scored
+        batch.rewards += [float(e.reward or 0.0) for e in scored]
+        members: list[tuple[float, list[Sample]]] = [
+            (float(e.reward or 0.0), e.samples) for e in scored
+        ]
+        if len(members) < 2:
+            batch.small_groups += 1
+            continue
+        successes = [e for e in scored if (e.reward or 0.0) >= SUCCESS_SCORE]
+        if replay is not None and algo.replay.enabled:
+            for e in successes:
+                replay.add(g.task_id, e.samples)
+        if len({r for r, _ in members}) == 1:
+            stored = _replay_for(g, algo, replay, members)
+            if stored is not None:
+                members.append((1.0, stored))
+                batch.replay_injections += 1
+            elif algo.dynamic_sampling:
+                batch.zero_variance_groups += 1
+                continue
+            else:
+                batch.zero_variance_groups += 1
+        advantages = grpo_advantages([r for r, _ in members], normalize_std=algo.normalize_std)
+        for (_, samples), adv in zip(members, advantages, strict=True):
+            batch.samples += _credit(samples, adv, algo)
+    return batch
+
+
+def _replay_for(
+    g: Group, algo: AlgorithmConfig, replay: SuccessReplay | None, members: list
+) -> list[Sample] | None:
+    all_failed = max(r for r, _ in members) < SUCCESS_SCORE
+    if replay is None or not algo.replay.enabled or not all_failed:
+        return None
+    return replay.sample(g.task_id)
+
+
+def _credit(samples: list[Sample], advantage: float, algo: AlgorithmConfig) -> list[Sample]:
+    """Set advantages: the same for every sample, discounted backwards per turn in perTurn mode.
+
+    3 turns, advantage 1.0, discount 0.5 (perTurn) -> 0.25, 0.5, 1.0.
+    """
+    last = len(samples) - 1
+    for t, s in enumerate(samples):
+        weight = algo.turn_discount ** (last - t) if algo.mode == "perTurn" else 1.0
+        s.advantage = advantage * weight
+    return samples
+
+
+def episodes_of(groups: list[Group]) -> list[EpisodeResult]:
+    return [e for g in groups for e in g.episodes]

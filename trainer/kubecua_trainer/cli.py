@@ -1,0 +1,97 @@
+"""Command line of the trainer.
+
+    python -m kubecua_trainer run examples/trainingrun-local.yaml     a manifest file, locally
+    python -m kubecua_trainer run --trainingrun NAME --namespace NS     the live object (in a pod)
+    python -m kubecua_trainer validate FILE                             check a manifest, print it
+
+In a pod the operator sets KUBECUA_TRAININGRUN and KUBECUA_NAMESPACE instead of the flags; the
+run then patches its TrainingRun's status and serves metrics on all interfaces.
+Exit codes: 0 done, 2 invalid configuration, 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+
+from kubecua_trainer.config import ConfigError, TrainingRun, load_from_cluster, load_manifest
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kubecua_trainer", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a TrainingRun")
+    run.add_argument("manifest", nargs="?", help="TrainingRun YAML file")
+    run.add_argument("--trainingrun", default=os.environ.get("KUBECUA_TRAININGRUN"))
+    run.add_argument("--namespace", default=os.environ.get("KUBECUA_NAMESPACE"))
+    run.add_argument("--steps", type=int, help="override spec.steps")
+    run.add_argument("--output-dir", help="override spec.outputDir")
+    run.add_argument("--metrics-port", type=int, help="override spec.metrics.port (0: off)")
+    run.add_argument("--metrics-addr", help="bind address (default 127.0.0.1 locally)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    val = sub.add_parser("validate", help="validate a manifest and print the full spec")
+    val.add_argument("manifest")
+    return p
+
+
+def load_run(args: argparse.Namespace) -> TrainingRun:
+    if args.manifest:
+        run = load_manifest(args.manifest)
+    elif args.trainingrun and args.namespace:
+        run = load_from_cluster(args.trainingrun, args.namespace)
+    else:
+        raise ConfigError("give a manifest file, or --trainingrun NAME and --namespace NS")
+    spec = run.spec
+    if getattr(args, "steps", None) is not None:
+        if args.steps < 1:
+            raise ConfigError("--steps: must be >= 1")
+        spec.steps = args.steps
+    if getattr(args, "output_dir", None):
+        spec.output_dir = os.path.abspath(args.output_dir)
+    if getattr(args, "metrics_port", None) is not None:
+        spec.metrics.port = args.metrics_port
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the bar
+    try:
+        run = load_run(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.command == "validate":
+        print(json.dumps(run.spec.model_dump(by_alias=True, exclude_none=True), indent=2))
+        return 0
+    from kubecua_trainer.train import RunOptions, train  # torch import only when running
+
+    in_cluster = not args.manifest
+    opts = RunOptions(
+        console=not args.no_progress,
+        metrics_addr=args.metrics_addr or ("0.0.0.0" if in_cluster else "127.0.0.1"),
+        patch_status=in_cluster,
+    )
+    try:
+        result = asyncio.run(train(run, opts))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, TimeoutError) as err:  # missing model/launcher, no sandboxes
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
+        return 130
+    print(f"done: {len(result.history)} steps; outcomes {dict(result.outcomes)}")
+    print(f"report: {result.report}")
+    print(f"curves: {result.curves}")
+    print(f"last checkpoint: {result.last_checkpoint}")
+    return 0

@@ -1,0 +1,56 @@
+"""The engine interface: generate(prompt ids, images, sampling) -> ids, log-probs, finish reason.
+
+Engines take token ids, never text, so the learner trains on exactly what was sampled. Behaviour
+log-probs are log softmax(logits / temperature) of each sampled id, before top-p truncation (the
+convention of sglang's return_logprob), which is what the learner recomputes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Generation:
+    token_ids: list[int]  # sampled ids, stop token included when it was sampled
+    logprobs: list[float]  # behaviour log-prob of each sampled id, same length
+    finish_reason: Literal["stop", "length"]
+
+
+class EngineError(RuntimeError):
+    """The engine could not serve a request (bad input or a failed server)."""
+
+
+class Engine(Protocol):
+    async def generate(
+        self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
+    ) -> Generation: ...
+
+    async def update_weights(self, step: int, checkpoint_dir: str | None) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def cut_at_stop(
+    ids: list[int], logprobs: list[float], stop_ids: tuple[int, ...], max_new_tokens: int
+) -> Generation:
+    """Keep ids up to and including the first stop id; 'length' when none was sampled.
+
+    Example: ids [5, 9, 2, 0], stop (2,) -> [5, 9, 2], 'stop'; ids [5, 9], stop (2,) -> 'length'.
+    """
+    for i, tok in enumerate(ids[:max_new_tokens]):
+        if tok in stop_ids:
+            return Generation(ids[: i + 1], logprobs[: i + 1], "stop")
+    n = min(len(ids), max_new_tokens)
+    return Generation(ids[:n], logprobs[:n], "length")

@@ -1,0 +1,222 @@
+"""Embedded engine: transformers generate() on the learner's own module (no weight sync).
+
+Concurrent generate() calls from many episodes are queued and served in batches by one worker
+thread, so the event loop never blocks and the model sees batch > 1 (on an H100, batch 8 gives ~7x
+the tokens/s of batch 1; see ENVIRONMENT.md). Requests with different sampling parameters go in
+different batches. Behaviour log-probs are recorded inside generate() by a logits processor that
+keeps only the current step's (batch, vocab) log-probs, never all steps' logits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from PIL import Image
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
+from kubecua_trainer.model import Policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)  # identity, not field, equality
+class _Request:
+    prompt_ids: list[int]
+    images: list[Image.Image]
+    sampling: SamplingParams
+    future: asyncio.Future[Generation]
+    loop: asyncio.AbstractEventLoop = field(repr=False)
+
+    def resolve(self, result: Generation | BaseException) -> None:
+        def _set() -> None:
+            if self.future.done():
+                return  # the caller was cancelled (episode timeout)
+            if isinstance(result, BaseException):
+                self.future.set_exception(result)
+            else:
+                self.future.set_result(result)
+
+        self.loop.call_soon_threadsafe(_set)
+
+
+class _RecordLogprobs(LogitsProcessor):
+    """Applies temperature and top-p itself and records log softmax(logits / T) of sampled ids.
+
+    generate() calls it once per new token; the id sampled at step k is the last column of
+    input_ids at step k+1, so the log-prob of step k is gathered then (the final one in finish()).
+    """
+
+    def __init__(self, temperature: float, top_p: float, banned: list[int]):
+        self.banned = banned
+        self.temperature = temperature
+        self.top_p = top_p
+        self.prev: torch.Tensor | None = None
+        self.logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._gather(input_ids[:, -1])
+        greedy = self.temperature <= 0
+        scaled = scores.float() / (1.0 if greedy else self.temperature)
+        scaled[:, self.banned] = float("-inf")
+        self.prev = torch.log_softmax(scaled, dim=-1)
+        if greedy:
+            keep = scaled == scaled.max(dim=-1, keepdim=True).values
+            return scaled.masked_fill(~keep, float("-inf"))  # type: ignore[return-value]
+        if self.top_p < 1.0:
+            sorted_lp, order = self.prev.sort(dim=-1, descending=True)
+            drop = sorted_lp.exp().cumsum(-1) - sorted_lp.exp() >= self.top_p
+            mask = torch.zeros_like(drop).scatter(-1, order, drop)
+            return scaled.masked_fill(mask, float("-inf"))  # type: ignore[return-value]
+        return scaled  # type: ignore[return-value]
+
+    def _gather(self, last_ids: torch.Tensor) -> None:
+        if self.prev is not None:
+            self.logprobs.append(self.prev.gather(-1, last_ids[:, None])[:, 0])
+            self.prev = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """(batch, new_tokens) log-probs of the sampled ids."""
+        self._gather(sequences[:, -1])
+        return torch.stack(self.logprobs, dim=1).cpu()
+
+
+class HFEngine:
+    """Batches concurrent requests onto the shared policy module in a worker thread."""
+
+    def __init__(self, policy: Policy, max_batch_size: int = 16):
+        self.policy = policy
+        self.max_batch_size = max_batch_size
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
+        self._thread.start()
+        self.batch_sizes: list[int] = []  # observed batch sizes, for metrics and tests
+        self.tokens_generated = 0  # with busy_seconds: the engine tokens/s metric
+        self.busy_seconds = 0.0
+
+    async def generate(
+        self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
+    ) -> Generation:
+        if not self._thread.is_alive():
+            raise EngineError("hf engine is closed")
+        if not prompt_ids:
+            raise EngineError("empty prompt")
+        loop = asyncio.get_running_loop()
+        req = _Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
+        self._queue.put(req)
+        return await req.future
+
+    async def update_weights(self, step: int, checkpoint_dir: str | None) -> None:
+        """No-op: the engine generates with the learner's own parameters."""
+
+    async def close(self) -> None:
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+    def _serve(self) -> None:
+        pending: list[_Request] = []
+        while True:
+            if not pending:
+                first = self._queue.get()
+                if first is None:
+                    return
+                pending.append(first)
+            closing = self._drain(pending)
+            batch = [r for r in pending if r.sampling == pending[0].sampling]
+            batch = batch[: self.max_batch_size]
+            pending = [r for r in pending if r not in batch]
+            self._run_batch(batch)
+            if closing:
+                for r in pending:
+                    r.resolve(EngineError("hf engine closed"))
+                return
+
+    def _drain(self, pending: list[_Request]) -> bool:
+        """Move every queued request into pending; True when close() was requested."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is None:
+                return True
+            pending.append(item)
+
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of generation time since the engine started."""
+        return self.tokens_generated / self.busy_seconds if self.busy_seconds else 0.0
+
+    def _run_batch(self, batch: list[_Request]) -> None:
+        start = time.perf_counter()
+        try:
+            gens = generate_batch(self.policy, batch)
+        except Exception as exc:  # one bad batch must not kill the worker thread
+            log.exception("hf engine batch of %d failed", len(batch))
+            for r in batch:
+                r.resolve(exc if isinstance(exc, EngineError) else EngineError(str(exc)))
+            return
+        self.batch_sizes.append(len(batch))
+        self.tokens_generated += sum(len(g.token_ids) for g in gens)
+        self.busy_seconds += time.perf_counter() - start
+        for r, g in zip(batch, gens, strict=True):
+            r.resolve(g)
+
+
+def _batch_inputs(policy: Policy, batch: list[_Request]) -> dict[str, Any]:
+    """Left-pad the prompts and process the images, checking pads against the grids."""
+    pad_id = policy.tokenizer.pad_token_id
+    width = max(len(r.prompt_ids) for r in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    images: list[Image.Image] = []
+    for i, r in enumerate(batch):
+        ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+        attn[i, width - len(r.prompt_ids) :] = 1
+        images += r.images
+    out: dict[str, Any] = {"input_ids": ids, "attention_mask": attn}
+    out["mm_token_type_ids"] = (ids == policy.image_pad_id).long()  # 1 = image token
+    if images:
+        proc = policy.processor.image_processor(images=images, return_tensors="pt")
+        out["pixel_values"], out["image_grid_thw"] = proc["pixel_values"], proc["image_grid_thw"]
+    pads = int((ids == policy.image_pad_id).sum())
+    grid = out.get("image_grid_thw")
+    expected = 0 if grid is None else int(grid.prod(-1).sum()) // policy.merge_size**2
+    if pads != expected:
+        raise EngineError(f"prompts hold {pads} image pads but the images need {expected}")
+    return {k: v.to(policy.device) for k, v in out.items()}
+
+
+def generate_batch(policy: Policy, batch: list[_Request]) -> list[Generation]:
+    """Sample one batch (same SamplingParams) with the policy's module."""
+    s = batch[0].sampling
+    inputs = _batch_inputs(policy, batch)
+    recorder = _RecordLogprobs(s.temperature, s.top_p, policy.banned_ids)
+    stop = list(s.stop_token_ids) or None
+    with policy.lock, torch.no_grad(), policy.autocast():
+        policy.model.eval()
+        seqs = policy.model.generate(  # type: ignore[operator]
+            **inputs,
+            do_sample=True,
+            temperature=1.0,  # the recorder applies temperature and top-p itself
+            top_p=1.0,
+            top_k=0,
+            repetition_penalty=1.0,
+            max_new_tokens=s.max_new_tokens,
+            eos_token_id=stop,
+            pad_token_id=policy.tokenizer.pad_token_id,
+            logits_processor=LogitsProcessorList([recorder]),
+            use_cache=True,
+        )
+    new = seqs[:, inputs["input_ids"].shape[1] :].cpu()
+    logprobs = recorder.finish(seqs)
+    return [
+        cut_at_stop(new[i].tolist(), logprobs[i].tolist(), s.stop_token_ids, s.max_new_tokens)
+        for i in range(len(batch))
+    ]

@@ -1,0 +1,138 @@
+"""sglang engine: HTTP to sglang servers' native API (POST /generate, /update_weights_from_disk).
+
+NOT YET EXERCISED AGAINST A LIVE SGLANG SERVER: sglang cannot run on the project's machines. The
+request and response shapes follow sglang's documented native API and are tested against a small
+loopback server that implements them (tests/test_engine_sglang.py).
+
+- /generate gets input_ids, image_data (PNG data URIs, already fitted by tokens.fit_image),
+  sampling_params and return_logprob=true; the sampled ids and their log-probs are read from
+  meta_info.output_token_logprobs ([logprob, token_id, text] per token).
+- Image pads are sent collapsed to one <|image_pad|> per image: sglang's processor expands each pad
+  itself, and because the images are already at processor-aligned sizes it expands to exactly the
+  count the trainer's Conversation holds. (To verify on a live server: prompt_tokens in meta_info.)
+- After each step the trainer saves an HF checkpoint on a shared volume and every server loads it
+  through /update_weights_from_disk {"model_path": dir}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import itertools
+import logging
+from typing import Any
+
+import httpx
+from PIL import Image
+
+from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
+
+log = logging.getLogger(__name__)
+
+
+def collapse_image_pads(ids: list[int], pad_id: int) -> list[int]:
+    """One pad per run of pads. Example: [7, 9, 9, 9, 8, 9, 9] with pad 9 -> [7, 9, 8, 9]."""
+    out: list[int] = []
+    for tok in ids:
+        if tok == pad_id and out and out[-1] == pad_id:
+            continue
+        out.append(tok)
+    return out
+
+
+def image_data_uri(image: Image.Image) -> str:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def generate_payload(
+    prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams, pad_id: int
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "input_ids": collapse_image_pads(prompt_ids, pad_id),
+        "sampling_params": {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_new_tokens": sampling.max_new_tokens,
+            "stop_token_ids": list(sampling.stop_token_ids),
+            "skip_special_tokens": False,
+        },
+        "return_logprob": True,
+    }
+    if images:
+        payload["image_data"] = [image_data_uri(im) for im in images]
+    return payload
+
+
+def parse_generation(body: dict[str, Any], sampling: SamplingParams) -> Generation:
+    """Read ids, log-probs and the finish reason out of a /generate response."""
+    meta = body.get("meta_info") or {}
+    entries = meta.get("output_token_logprobs")
+    if not isinstance(entries, list):
+        raise EngineError("sglang response has no meta_info.output_token_logprobs")
+    ids = [int(e[1]) for e in entries]
+    logprobs = [float(e[0]) for e in entries]
+    reason = (meta.get("finish_reason") or {}).get("type")
+    if reason not in ("stop", "length"):
+        raise EngineError(f"sglang finished with {meta.get('finish_reason')!r}")
+    gen = cut_at_stop(ids, logprobs, sampling.stop_token_ids, sampling.max_new_tokens)
+    # A stop string (not a stop id) also reports "stop"; keep the server's word for it.
+    return Generation(gen.token_ids, gen.logprobs, reason)
+
+
+class SGLangEngine:
+    """Round-robins requests over sglang servers; one shared httpx client."""
+
+    def __init__(self, urls: list[str], image_pad_id: int, timeout_s: float = 600.0):
+        if not urls:
+            raise ValueError("sglang engine needs at least one URL")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.image_pad_id = image_pad_id
+        self._next = itertools.cycle(self.urls)
+        self._client = httpx.AsyncClient(timeout=timeout_s)
+        self.weights_step: int | None = None  # the step whose weights the servers hold
+
+    async def _post(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._client.post(url, json=payload)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"sglang {url}: {exc!r}") from exc
+        if resp.status_code != 200:
+            raise EngineError(f"sglang {url}: HTTP {resp.status_code}: {resp.text[:300]}")
+        body = resp.json()
+        if not isinstance(body, dict):
+            raise EngineError(f"sglang {url}: expected a JSON object, got {type(body).__name__}")
+        return body
+
+    async def generate(
+        self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
+    ) -> Generation:
+        payload = generate_payload(prompt_ids, images, sampling, self.image_pad_id)
+        body = await self._post(f"{next(self._next)}/generate", payload)
+        return parse_generation(body, sampling)
+
+    async def update_weights(self, step: int, checkpoint_dir: str | None) -> None:
+        """Every server loads the checkpoint directory (on a volume they all mount).
+
+        Without a directory (no checkpoint this step) the servers keep their weights: rollouts go
+        off-policy by a few steps, which the learner's truncated importance weight accounts for.
+        """
+        if checkpoint_dir is None:
+            log.info(
+                "step %d: no checkpoint to load; sglang keeps step %s", step, self.weights_step
+            )
+            return
+        payload = {"model_path": checkpoint_dir}
+        bodies = await asyncio.gather(
+            *(self._post(f"{u}/update_weights_from_disk", payload) for u in self.urls)
+        )
+        failed = [(u, b.get("message")) for u, b in zip(self.urls, bodies, strict=True)]
+        failed = [f for f, b in zip(failed, bodies, strict=True) if not b.get("success")]
+        if failed:
+            raise EngineError(f"weight update to step {step} failed on {failed}")
+        self.weights_step = step
+
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,111 @@
+"""Prometheus metrics of the trainer, `kubecua_trainer_` prefix, base units, bounded labels.
+
+One registry per TrainerMetrics so tests and several runs in one process do not collide.
+`serve(port, addr)` starts the /metrics HTTP server (port 0 in the spec disables it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from kubecua_trainer.rollout.records import EpisodeResult
+
+P = "kubecua_trainer_"
+_SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
+
+# name -> help, for the gauges set from a step's statistics (the learner's and the loop's keys)
+STEP_GAUGES = {
+    "reward_mean": "Mean reward of the scored episodes of the last step.",
+    "success_rate": "Fraction of the last step's scored episodes that solved their task.",
+    "loss": "Policy loss of the last step.",
+    "kl": "k3 KL estimate against the reference policy, last step.",
+    "entropy": "Mean token entropy of the policy on trained tokens, last step.",
+    "grad_norm": "Gradient norm before clipping, last step.",
+    "clip_fraction": "Fraction of trained tokens whose ratio was clipped, last step.",
+    "advantage_std": "Standard deviation of the advantages trained on, last step.",
+    "zero_variance_group_fraction": "Fraction of groups with identical rewards, last step.",
+    "engine_tokens_per_second": "Generated tokens per second of rollout, last step.",
+    "step": "Last completed training step.",
+}
+
+
+class TrainerMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.gauges = {k: Gauge(P + k, h, registry=r) for k, h in STEP_GAUGES.items()}
+        self.episodes = Counter(
+            P + "episodes",
+            "Episodes by outcome (success, failure, or an infra reason).",
+            ["outcome"],
+            registry=r,
+        )
+        self.episode_turns = Histogram(
+            P + "episode_turns",
+            "Turns per episode.",
+            buckets=(1, 2, 3, 5, 8, 10, 15, 20, 30, 50),
+            registry=r,
+        )
+        self.episode_seconds = Histogram(
+            P + "episode_duration_seconds", "Wall time of an episode.", buckets=_SECONDS, registry=r
+        )
+        self.env_step_seconds = Histogram(
+            P + "env_step_duration_seconds",
+            "Latency of one sandbox step call.",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.learner_seconds = Histogram(
+            P + "learner_step_duration_seconds",
+            "Wall time of one optimizer step.",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.step_seconds = Histogram(
+            P + "step_duration_seconds",
+            "Wall time of a whole step (rollout + learning).",
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.generated_tokens = Counter(P + "generated_tokens", "Tokens sampled.", registry=r)
+        self.replay_injections = Counter(
+            P + "replay_injections", "Stored successes injected into all-fail groups.", registry=r
+        )
+        self.zero_variance_groups = Counter(
+            P + "zero_variance_groups", "Groups skipped because all rewards were equal.", registry=r
+        )
+        self.gpu_memory = Gauge(
+            P + "gpu_memory_bytes", "GPU memory of the learner.", ["kind"], registry=r
+        )
+        self.sandboxes = Gauge(P + "sandboxes", "Sandboxes by state.", ["state"], registry=r)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        if port:
+            start_http_server(port, addr=addr, registry=self.registry)
+
+    def observe_episode(self, ep: EpisodeResult) -> None:
+        self.episodes.labels(ep.outcome).inc()
+        self.episode_turns.observe(len(ep.turns))
+        self.episode_seconds.observe(ep.seconds)
+        self.generated_tokens.inc(ep.gen_tokens)
+        for turn in ep.turns:
+            if turn.env_seconds is not None:
+                self.env_step_seconds.observe(turn.env_seconds)
+
+    def observe_step(self, stats: dict[str, float]) -> None:
+        """Set the gauges named in STEP_GAUGES from a step's statistics; others are ignored."""
+        for key, value in stats.items():
+            if key in self.gauges:
+                self.gauges[key].set(value)
+        if "seconds" in stats:
+            self.learner_seconds.observe(stats["seconds"])
+
+    def observe_gpu(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            self.gpu_memory.labels("allocated").set(torch.cuda.memory_allocated())
+            self.gpu_memory.labels("peak").set(torch.cuda.max_memory_allocated())
+            self.gpu_memory.labels("reserved").set(torch.cuda.memory_reserved())

@@ -1,0 +1,187 @@
+"""The agent format: the system prompt that explains the action space, and the action parser.
+
+A reply must hold exactly one action: a ```python block of pyautogui calls, or one of the words
+DONE (task finished), FAIL (task impossible) or WAIT (let the screen change). Anything else gets
+`ParseError.feedback`, a short message that the episode loop sends back as the next user turn so
+the model learns the format instead of the episode silently ending.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+SYSTEM_PROMPT = """You control a Linux desktop with mouse and keyboard to complete a task.
+Each turn you see a screenshot of the screen ({width}x{height} pixels in the image you receive;
+coordinates refer to that image). Reply with a short thought, then exactly one action:
+- a Python code block using pyautogui, for example
+```python
+pyautogui.click(640, 360)
+pyautogui.write("hello")
+pyautogui.press("enter")
+```
+  allowed: click, doubleClick, tripleClick, rightClick, moveTo, dragTo, mouseDown, mouseUp,
+  scroll, hscroll, write, typewrite, press, hotkey, keyDown, keyUp, and time.sleep(seconds);
+- DONE when the task is complete;
+- FAIL when the task cannot be done;
+- WAIT to let the screen change before acting again.
+Do not write anything after the action."""
+
+ALLOWED_CALLS = frozenset(
+    f"pyautogui.{name}"
+    for name in [
+        "click",
+        "doubleClick",
+        "tripleClick",
+        "rightClick",
+        "middleClick",
+        "moveTo",
+        "moveRel",
+        "dragTo",
+        "dragRel",
+        "mouseDown",
+        "mouseUp",
+        "scroll",
+        "hscroll",
+        "vscroll",
+        "write",
+        "typewrite",
+        "press",
+        "hotkey",
+        "keyDown",
+        "keyUp",
+    ]
+) | {"time.sleep"}
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+_WORD = re.compile(r"\b(DONE|FAIL|WAIT)\b\W*\Z")
+_FORMAT_HINT = "Reply with one ```python code block of pyautogui calls, or with DONE, FAIL or WAIT."
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Literal["code", "DONE", "FAIL", "WAIT"]
+    code: str = ""
+
+    @property
+    def wire(self) -> str:
+        """What the episode API's StepRequest.action carries."""
+        return self.code if self.kind == "code" else self.kind
+
+
+class ParseError(ValueError):
+    """An invalid reply; `feedback` is the user turn that tells the model what to fix."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.feedback = f"Your last reply was not a valid action: {reason} {_FORMAT_HINT}"
+
+
+def system_prompt(width: int, height: int) -> str:
+    return SYSTEM_PROMPT.format(width=width, height=height)
+
+
+def parse_action(text: str) -> Action:
+    """Parse one model reply into an Action or raise ParseError with feedback.
+
+    >>> parse_action("Open it.\\n```python\\npyautogui.click(10, 20)\\n```").code
+    'pyautogui.click(10, 20)'
+    >>> parse_action("All set. DONE").kind
+    'DONE'
+    """
+    blocks = _CODE_BLOCK.findall(text)
+    if len(blocks) > 1:
+        raise ParseError(f"found {len(blocks)} code blocks; send exactly one.")
+    if blocks:
+        code = blocks[0].strip()
+        _check_code(code)
+        return Action("code", code)
+    if "```" in text:
+        raise ParseError("the code block is not closed with ```.")
+    word = _WORD.search(text.strip())
+    if word:
+        return Action(word.group(1))  # type: ignore[arg-type]
+    raise ParseError("no action found.")
+
+
+def _check_code(code: str) -> None:
+    if not code:
+        raise ParseError("the code block is empty.")
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as err:
+        raise ParseError(f"the code does not parse (line {err.lineno}: {err.msg}).") from None
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            continue  # `import pyautogui` is harmless and common
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+            raise ParseError(f"line {stmt.lineno} is not a function call; only calls are allowed.")
+        name = ast.unparse(stmt.value.func)
+        if name not in ALLOWED_CALLS:
+            raise ParseError(f"{name}() is not an allowed action.")
+
+
+# pyautogui functions whose first two positional arguments (or x=/y=) are screen positions or
+# offsets; scroll-like calls take the position as the 2nd and 3rd arguments.
+_XY_FIRST = frozenset(
+    [
+        "click",
+        "doubleClick",
+        "tripleClick",
+        "rightClick",
+        "middleClick",
+        "moveTo",
+        "dragTo",
+        "mouseDown",
+        "mouseUp",
+    ]
+)
+_XY_OFFSET = frozenset({"moveRel", "dragRel"})
+_XY_AFTER_CLICKS = frozenset({"scroll", "hscroll", "vscroll"})
+
+
+def scale_coordinates(code: str, sx: float, sy: float) -> str:
+    """Map numeric pixel literals from the model's image back to the real screen.
+
+    The model sees a screenshot resized to the pixel cap, so its coordinates are in that image.
+    >>> scale_coordinates("pyautogui.click(640, 360)", 1.5, 1.5)
+    'pyautogui.click(960, 540)'
+    >>> scale_coordinates("pyautogui.scroll(-3, x=100, y=10)", 2.0, 3.0)
+    'pyautogui.scroll(-3, x=200, y=30)'
+    """
+    if sx == 1.0 and sy == 1.0:
+        return code
+    tree = ast.parse(code)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            _scale_call(node, node.func.attr, sx, sy)
+    return ast.unparse(tree)
+
+
+def _scale_call(call: ast.Call, name: str, sx: float, sy: float) -> None:
+    if name in _XY_FIRST or name in _XY_OFFSET:
+        first = 0
+        names = ("xOffset", "yOffset", "x", "y") if name in _XY_OFFSET else ("x", "y")
+    elif name in _XY_AFTER_CLICKS:
+        first, names = 1, ("x", "y")
+    else:
+        return
+    for i, scale in ((first, sx), (first + 1, sy)):
+        if i < len(call.args):
+            call.args[i] = _scaled(call.args[i], scale)
+    for kw in call.keywords:
+        if kw.arg in names:
+            kw.value = _scaled(kw.value, sx if kw.arg in ("x", "xOffset") else sy)
+
+
+def _scaled(node: ast.expr, scale: float) -> ast.expr:
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return ast.Constant(round(value * scale))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):  # offsets can be negative
+        inner = _scaled(node.operand, scale)
+        if isinstance(inner, ast.Constant) and isinstance(inner.value, int):
+            return ast.Constant(-inner.value)
+    return node

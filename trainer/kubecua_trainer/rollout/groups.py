@@ -1,0 +1,73 @@
+"""Group sampling: each step plays G episodes of each of its tasks, all concurrently.
+
+Concurrency is bounded by rollout.maxInFlightEpisodes (a semaphore) and by the sandboxes
+themselves (SandboxLeases waits when all are busy). Tasks are drawn by a seeded shuffle that walks
+the whole task list before repeating, so step s of a resumed run gets the same tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubecua_trainer.rollout.episode import Rollout, play_episode
+from kubecua_trainer.rollout.records import EpisodeResult
+
+
+@dataclass
+class Group:
+    task_id: str
+    group_id: str
+    episodes: list[EpisodeResult] = field(default_factory=list)
+
+    @property
+    def scored(self) -> list[EpisodeResult]:
+        """Episodes that reached a score (infrastructure failures left out)."""
+        return [e for e in self.episodes if not e.excluded]
+
+
+def tasks_for_step(tasks: list[dict[str, Any]], step: int, per_step: int, seed: int) -> list[dict]:
+    """Tasks of step `step` (1-based): epoch-wise shuffles, deterministic in (seed, step).
+
+    With 3 tasks and 2 per step, steps 1 and 2 cover order[0..1], order[2] + the next epoch's
+    first task; every task appears once per epoch.
+    """
+    n = len(tasks)
+    picked = []
+    for i in range((step - 1) * per_step, step * per_step):
+        epoch, pos = divmod(i, n)
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        picked.append(tasks[order[pos]])
+    return picked
+
+
+async def rollout_groups(
+    ro: Rollout,
+    tasks: list[dict[str, Any]],
+    step: int,
+    on_episode: Callable[[EpisodeResult], None] | None = None,
+) -> list[Group]:
+    """Play G episodes per task concurrently; return the groups in task order."""
+    limit = asyncio.Semaphore(ro.rollout.max_in_flight_episodes)
+    groups = [Group(str(t.get("id", i)), f"s{step:04d}-g{i:02d}") for i, t in enumerate(tasks)]
+
+    async def one(task: dict[str, Any], group: Group, e: int) -> EpisodeResult:
+        async with limit:
+            result = await play_episode(ro, task, group.group_id, f"{group.group_id}-e{e:02d}")
+        if on_episode is not None:
+            on_episode(result)
+        return result
+
+    jobs = [
+        one(task, group, e)
+        for task, group in zip(tasks, groups, strict=True)
+        for e in range(ro.algorithm.group_size)
+    ]
+    results = await asyncio.gather(*jobs)
+    for r in results:
+        next(g for g in groups if g.group_id == r.group_id).episodes.append(r)
+    return groups

@@ -1,0 +1,98 @@
+"""What one episode leaves behind: its turns (for the report), its samples (for the learner)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from PIL import Image
+
+if TYPE_CHECKING:
+    from kubecua_trainer.tokens import Sample
+
+SUCCESS_SCORE = 0.999  # OSWorld counts a task as solved at score 1.0; scores can be fractional
+
+# Outcomes of an episode that ran to evaluation, and the infrastructure failures that exclude an
+# episode from the loss (DESIGN.md decision 5: a failure is never trained as reward 0).
+SCORED = ("success", "failure")
+EXCLUDED = (
+    "setup_failed",
+    "sandbox_lost",
+    "timeout",
+    "evaluation_failed",
+    "invalid_task",
+    "invalid_sample",
+)
+
+
+@dataclass
+class Turn:
+    screenshot: Image.Image | None  # what the model saw before this reply (None: text feedback)
+    reply: str  # decoded model output
+    action: str | None  # what was sent to the sandbox; None when the reply was invalid
+    feedback: str | None = None  # what the model is told about an invalid reply
+    gen_tokens: int = 0
+    gen_seconds: float = 0.0
+    env_seconds: float | None = None  # the sandbox step call, when one was made
+
+
+@dataclass
+class EpisodeResult:
+    task_id: str
+    group_id: str
+    key: str  # unique within the run, e.g. "s0003-g01-e05"
+    instruction: str = ""
+    sandbox: str = ""
+    outcome: str = "failure"
+    detail: str = ""  # why an excluded episode failed
+    reward: float | None = None
+    turns: list[Turn] = field(default_factory=list)
+    final_screenshot: Image.Image | None = None
+    samples: list[Sample] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def excluded(self) -> bool:
+        return self.outcome in EXCLUDED
+
+    @property
+    def gen_tokens(self) -> int:
+        return sum(t.gen_tokens for t in self.turns)
+
+    @property
+    def gen_seconds(self) -> float:
+        return sum(t.gen_seconds for t in self.turns)
+
+    def fail(self, outcome: str, detail: str) -> None:
+        assert outcome in EXCLUDED, outcome
+        self.outcome, self.detail, self.reward, self.samples = outcome, detail, None, []
+
+    def score(self, reward: float) -> None:
+        self.reward = reward
+        self.outcome = "success" if reward >= SUCCESS_SCORE else "failure"
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON line saved per episode (screenshots are saved beside it as files)."""
+        return {
+            "key": self.key,
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "sandbox": self.sandbox,
+            "instruction": self.instruction,
+            "outcome": self.outcome,
+            "detail": self.detail,
+            "reward": self.reward,
+            "seconds": round(self.seconds, 3),
+            "gen_tokens": self.gen_tokens,
+            "samples": len(self.samples),
+            "turns": [
+                {
+                    "reply": t.reply,
+                    "action": t.action,
+                    "feedback": t.feedback,
+                    "gen_tokens": t.gen_tokens,
+                    "env_seconds": t.env_seconds,
+                }
+                for t in self.turns
+            ],
+        }

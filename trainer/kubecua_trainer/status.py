@@ -1,0 +1,81 @@
+"""Patch the trainer's own TrainingRun status subresource (cluster mode only).
+
+The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond and lastCheckpoint;
+the operator owns phase and conditions, so this merge-patch never names those. A patch is sent
+only when a value changed, and a failed patch is logged, never fatal: training goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+log = logging.getLogger(__name__)
+GROUP, VERSION, PLURAL = "kubecua.dev", "v1alpha1", "trainingruns"
+
+
+def load_kube_config() -> None:
+    """In-cluster service account when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+    from kubernetes import config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+def custom_objects_api(api_client: Any = None) -> Any:
+    from kubernetes import client
+
+    if api_client is None:
+        load_kube_config()
+    return client.CustomObjectsApi(api_client)
+
+
+def build_status(
+    step: int,
+    total_steps: int,
+    mean_reward: float | None,
+    success_rate: float | None,
+    tokens_per_second: float | None,
+    checkpoint: tuple[int, str] | None = None,
+) -> dict[str, Any]:
+    """The trainer-owned part of TrainingRun.status (camelCase, as in docs/api.md)."""
+    status: dict[str, Any] = {"step": step, "totalSteps": total_steps}
+    if mean_reward is not None:
+        status["meanReward"] = round(mean_reward, 6)
+    if success_rate is not None:
+        status["successRate"] = round(success_rate, 6)
+    if tokens_per_second is not None:
+        status["tokensPerSecond"] = round(tokens_per_second, 3)
+    if checkpoint is not None:
+        status["lastCheckpoint"] = {
+            "step": checkpoint[0],
+            "path": checkpoint[1],
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    return status
+
+
+class StatusPatcher:
+    def __init__(self, name: str, namespace: str, api: Any = None) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.api = api if api is not None else custom_objects_api()
+        self._last: dict[str, Any] = {}
+
+    def patch(self, status: dict[str, Any]) -> bool:
+        """Merge-patch the changed fields; True when a request was sent and succeeded."""
+        changed = {k: v for k, v in status.items() if self._last.get(k) != v}
+        if not changed:
+            return False
+        try:
+            self.api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, {"status": changed}
+            )
+        except Exception as err:  # the apiserver being away must not stop training
+            log.warning("status patch of %s/%s failed: %s", self.namespace, self.name, err)
+            return False
+        self._last.update(changed)
+        return True

@@ -1,0 +1,135 @@
+"""The sglang client against a loopback server speaking sglang's documented native API.
+
+sglang cannot run on these machines (see ENVIRONMENT.md), so this is the one allowed fake: a small
+real FastAPI app that implements the documented request/response shapes of POST /generate and
+POST /update_weights_from_disk. It checks what the client sends and answers like sglang does.
+The client is NOT exercised against a live sglang server here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, HTTPException
+
+from kubecua_trainer.engines.base import EngineError, SamplingParams
+from kubecua_trainer.engines.sglang import SGLangEngine, collapse_image_pads
+from kubecua_trainer.testing.images import screenshot
+
+PAD, STOP = 9, 2
+
+
+def _app(seen: list[dict[str, Any]]) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/generate")
+    def generate(req: dict[str, Any]) -> dict[str, Any]:
+        seen.append(req)
+        if "input_ids" not in req or not req.get("return_logprob"):
+            raise HTTPException(400, "input_ids and return_logprob required")
+        n_images = len(req.get("image_data") or [])
+        if req["input_ids"].count(PAD) != n_images:
+            raise HTTPException(400, "one image pad per image expected")
+        sp = req["sampling_params"]
+        out = [11, 12, STOP] if sp["max_new_tokens"] >= 3 else [11, 12][: sp["max_new_tokens"]]
+        finish = (
+            {"type": "stop", "matched": STOP}
+            if out[-1] in sp["stop_token_ids"]
+            else {"type": "length", "length": len(out)}
+        )
+        return {
+            "text": "ab",
+            "output_ids": out,
+            "meta_info": {
+                "id": "r1",
+                "finish_reason": finish,
+                "prompt_tokens": len(req["input_ids"]),
+                "completion_tokens": len(out),
+                "output_token_logprobs": [[-0.1 * (i + 1), t, None] for i, t in enumerate(out)],
+            },
+        }
+
+    @app.post("/update_weights_from_disk")
+    def update(req: dict[str, Any]) -> dict[str, Any]:
+        seen.append(req)
+        ok = req["model_path"].startswith("/ckpt/")
+        return {"success": ok, "message": "ok" if ok else "no such path", "num_paused_requests": 0}
+
+    return app
+
+
+@pytest.fixture
+def sglang_url() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    seen: list[dict[str, Any]] = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(_app(seen), log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    started = threading.Event()
+    while not started.wait(0.01):  # poll the server's own readiness flag, not a fixed sleep
+        if server.started:
+            started.set()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_generate_sends_documented_shapes_and_parses_logprobs(sglang_url: Any) -> None:
+    url, seen = sglang_url
+
+    async def run() -> None:
+        engine = SGLangEngine([url], image_pad_id=PAD)
+        prompt = [1, 5, PAD, PAD, PAD, PAD, 6, 7]
+        gen = await engine.generate(prompt, [screenshot(1)], SamplingParams(0.7, 0.9, 8, (STOP,)))
+        assert gen.token_ids == [11, 12, STOP]
+        assert gen.finish_reason == "stop"
+        assert gen.logprobs == pytest.approx([-0.1, -0.2, -0.3])
+        short = await engine.generate([1, 5], [], SamplingParams(max_new_tokens=2))
+        assert short.token_ids == [11, 12]
+        assert short.finish_reason == "length"
+        await engine.close()
+
+    asyncio.run(run())
+    req = seen[0]
+    assert req["input_ids"] == [1, 5, PAD, 6, 7]
+    assert req["image_data"][0].startswith("data:image/png;base64,")
+    assert req["sampling_params"] == {
+        "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 8, "stop_token_ids": [STOP],
+        "skip_special_tokens": False,
+    }  # fmt: skip
+    assert req["return_logprob"] is True
+
+
+def test_update_weights_and_errors_are_reported(sglang_url: Any) -> None:
+    url, seen = sglang_url
+
+    async def run() -> None:
+        engine = SGLangEngine([url, url], image_pad_id=PAD)
+        await engine.update_weights(3, "/ckpt/step-00000003")
+        await engine.update_weights(4, None)  # no checkpoint this step: servers keep step 3
+        assert engine.weights_step == 3
+        with pytest.raises(EngineError, match="no such path"):
+            await engine.update_weights(5, "/elsewhere")
+        with pytest.raises(EngineError, match="HTTP 400"):
+            await engine.generate([1, 5], [screenshot(2)], SamplingParams())  # pad missing
+        await engine.close()
+        dead = SGLangEngine(["http://127.0.0.1:9"], image_pad_id=PAD)
+        with pytest.raises(EngineError, match=r"127\.0\.0\.1:9"):
+            await dead.generate([1], [], SamplingParams())
+        await dead.close()
+
+    asyncio.run(run())
+    assert [r["model_path"] for r in seen[:2]] == ["/ckpt/step-00000003"] * 2
+
+
+def test_collapse_image_pads() -> None:
+    assert collapse_image_pads([7, 9, 9, 9, 8, 9, 9], 9) == [7, 9, 8, 9]
+    assert collapse_image_pads([], 9) == []

@@ -1,0 +1,143 @@
+"""Against the real local control plane: the status patch of a TrainingRun, and the pool source
+that watches a SandboxPool's EndpointSlices by label with live readiness.
+
+One module so one cluster serves both (the fixture is session-scoped per definition)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from kubecua_testkit.tools import cache_dir
+from kubecua_trainer.config import load_from_cluster
+from kubecua_trainer.sources.kube import PoolSource
+from kubecua_trainer.sources.leases import SandboxLeases
+from kubecua_trainer.status import GROUP, PLURAL, VERSION, StatusPatcher, build_status
+
+_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+_MISSING = [b for b in (*_BINARIES, "kubectl") if not (cache_dir() / "bin" / b).exists()]
+if _MISSING:
+    pytest.skip(
+        f"control plane not built ({', '.join(_MISSING)} missing): run `make setup-go`",
+        allow_module_level=True,
+    )
+
+from kubecua_testkit.fixtures import cluster, namespace  # noqa: E402, F401
+
+CRD = Path(__file__).resolve().parents[2] / "crds" / "kubecua.dev_trainingruns.yaml"
+
+
+@pytest.fixture(scope="module")
+def api(cluster):  # noqa: F811
+    api_client = cluster.api_client()
+    ext = client.ApiextensionsV1Api(api_client)
+    body = yaml.safe_load(CRD.read_text())
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for the Established condition
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        conds = {c.type: c.status for c in (crd.status.conditions or [])}
+        if conds.get("Established") == "True":
+            break
+        time.sleep(0.2)
+    return api_client
+
+
+def training_run(name: str) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"path": "/models/m"},
+            "sandboxes": {"poolRef": "desktops", "minReady": 1},
+            "tasks": {"configMapRef": "tasks"},
+            "steps": 5,
+        },
+    }
+
+
+def test_status_patch_writes_trainer_fields_and_skips_unchanged(api, namespace) -> None:  # noqa: F811
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, training_run("r1"))
+    run = load_from_cluster("r1", namespace, api=custom)
+    assert run.spec.sandboxes.pool_ref == "desktops"
+    assert run.spec.steps == 5
+    patcher = StatusPatcher("r1", namespace, api=custom)
+    status = build_status(2, 5, 0.25, 0.125, 31.5, (2, "/ckpt/step-000002"))
+    assert patcher.patch(status) is True
+    assert patcher.patch(status) is False  # unchanged: no request
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "r1")["status"]
+    assert got["step"] == 2
+    assert got["totalSteps"] == 5
+    assert got["meanReward"] == 0.25
+    assert got["successRate"] == 0.125
+    assert got["tokensPerSecond"] == 31.5
+    assert got["lastCheckpoint"]["step"] == 2
+    assert got["lastCheckpoint"]["path"].endswith("000002")
+    assert patcher.patch(build_status(3, 5, 0.5, 0.25, 30.0)) is True
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "r1")["status"]
+    assert got["step"] == 3
+    assert got["lastCheckpoint"]["step"] == 2
+
+
+def test_status_patch_failure_is_not_fatal(api, namespace) -> None:  # noqa: F811
+    patcher = StatusPatcher("missing", namespace, api=client.CustomObjectsApi(api))
+    assert patcher.patch(build_status(1, 5, 0.0, 0.0, None)) is False
+
+
+def endpoint_slice(name: str, pool: str, ips: dict[str, bool]) -> client.V1EndpointSlice:
+    return client.V1EndpointSlice(
+        metadata=client.V1ObjectMeta(name=name, labels={"kubecua.dev/pool": pool}),
+        address_type="IPv4",
+        ports=[client.DiscoveryV1EndpointPort(name="episodes", port=8000, protocol="TCP")],
+        endpoints=[
+            client.V1Endpoint(addresses=[ip], conditions=client.V1EndpointConditions(ready=ok))
+            for ip, ok in ips.items()
+        ],
+    )
+
+
+async def _until(cond, within: float = 20.0) -> None:
+    """Poll a condition that no event announces (readiness seen over HTTP or a watch)."""
+    async with asyncio.timeout(within):
+        while True:
+            if cond():
+                return
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> None:  # noqa: F811
+    disc = client.DiscoveryV1Api(api)
+    disc.create_namespaced_endpoint_slice(
+        namespace, endpoint_slice("sb-0", "desktops", {"10.0.0.1": True})
+    )
+    disc.create_namespaced_endpoint_slice(
+        namespace, endpoint_slice("sb-1", "desktops", {"10.0.0.2": False})
+    )
+    disc.create_namespaced_endpoint_slice(
+        namespace, endpoint_slice("other", "elsewhere", {"10.0.0.9": True})
+    )
+    leases = SandboxLeases()
+    source = PoolSource("desktops", namespace, token="t", api_client=api)
+    await source.start(leases)
+    try:
+        assert leases.ready == ["http://10.0.0.1:8000"]
+        disc.patch_namespaced_endpoint_slice(
+            "sb-1", namespace, endpoint_slice("sb-1", "desktops", {"10.0.0.2": True})
+        )
+        await _until(lambda: set(leases.ready) == {"http://10.0.0.1:8000", "http://10.0.0.2:8000"})
+        disc.delete_namespaced_endpoint_slice("sb-0", namespace)
+        await _until(lambda: leases.ready == ["http://10.0.0.2:8000"])
+    finally:
+        await source.stop()
