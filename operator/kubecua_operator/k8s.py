@@ -1,0 +1,175 @@
+"""Kubernetes API access in one place: REST paths per kind, and 404/409 handled here.
+
+Every call goes through `Kube.request`, which counts requests by verb for /metrics and the bench.
+Calls are blocking (the kubernetes client); async code runs them with `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from kubecua_operator.metrics import API_REQUESTS
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+# kind -> (API prefix, plural). Our children and the kinds we watch.
+KINDS: dict[str, tuple[str, str]] = {
+    "Pod": ("/api/v1", "pods"),
+    "Service": ("/api/v1", "services"),
+    "Secret": ("/api/v1", "secrets"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Event": ("/api/v1", "events"),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Job": ("/apis/batch/v1", "jobs"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "VirtualMachine": ("/apis/kubevirt.io/v1", "virtualmachines"),
+    "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
+    "SandboxPool": ("/apis/kubecua.dev/v1alpha1", "sandboxpools"),
+    "TrainingRun": ("/apis/kubecua.dev/v1alpha1", "trainingruns"),
+}
+MERGE = "application/merge-patch+json"
+
+
+class Kube:
+    """A thin, thread-safe REST helper over kubernetes.client.ApiClient."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def path(self, kind: str, namespace: str, name: str = "", sub: str = "") -> str:
+        prefix, plural = KINDS[kind]
+        parts = [prefix, "namespaces", namespace, plural, name, sub]
+        return "/".join(p.strip("/") for p in parts if p).join(["/", ""])
+
+    def request(self, method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        API_REQUESTS.labels(method.lower()).inc()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = ctype or "application/json"
+        return self.api.call_api(
+            path, method, header_params=headers, body=body, response_type="object",
+            auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
+        )  # fmt: skip
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.request("GET", self.path(kind, namespace, name))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str, selector: str = "") -> list[Obj]:
+        query = f"?labelSelector={selector}" if selector else ""
+        out = self.request("GET", self.path(kind, namespace) + query)
+        return list(out.get("items", []))
+
+    def create(self, obj: Obj) -> bool:
+        """Create; True if made, False if it already existed (409): deterministic names."""
+        meta = obj["metadata"]
+        try:
+            self.request("POST", self.path(obj["kind"], meta["namespace"]), obj)
+            return True
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+
+    def patch(self, kind: str, namespace: str, name: str, patch: Obj, sub: str = "") -> Obj | None:
+        """JSON merge patch; None when the object is gone (404)."""
+        try:
+            path = self.path(kind, namespace, name, sub)
+            return self.request("PATCH", path, patch, MERGE)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def delete(self, kind: str, namespace: str, name: str, uid: str = "") -> bool:
+        """Delete (background propagation); a uid precondition never deletes a newer namesake."""
+        body: Obj = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", self.path(kind, namespace, name), body)
+            return True
+        except ApiException as err:
+            if err.status in (404, 409):
+                return False
+            raise
+
+    def apply(self, obj: Obj) -> bool:
+        """Create, or merge-patch the fields we own when it exists; True if anything was written."""
+        if self.create(obj):
+            return True
+        meta = obj["metadata"]
+        current = self.get(obj["kind"], meta["namespace"], meta["name"]) or {}
+        want = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        if _contains(current, want):
+            return False
+        self.patch(obj["kind"], meta["namespace"], meta["name"], want)
+        return True
+
+    def has_resource(self, group_version: str, plural: str) -> bool:
+        """Whether the API serves `plural` in `group_version` (e.g. a CRD is installed)."""
+        try:
+            out = self.request("GET", f"/apis/{group_version}")
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in out.get("resources", []))
+
+
+def _contains(current: Any, want: Any) -> bool:
+    """Whether every field in `want` has that value in `current` (server defaults ignored;
+    the server drops empty lists and maps, so those match an absent field)."""
+    if want in ([], {}) and current is None:
+        return True
+    if isinstance(want, dict):
+        return isinstance(current, dict) and all(
+            _contains(current.get(k), v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(want)
+            and all(_contains(c, w) for c, w in zip(current, want, strict=True))
+        )
+    return bool(current == want)
+
+
+def adopt(obj: Obj, owner: Any) -> Obj:
+    """Owner reference (and kopf's label/namespace harmonising) from `owner`, in place."""
+    kopf.adopt(obj, owner=owner)
+    return obj
+
+
+_lock = threading.Lock()
+_kube: Kube | None = None
+
+
+def kube() -> Kube:
+    """The process-wide client: in-cluster config, or the kubeconfig named by KUBECONFIG."""
+    global _kube
+    with _lock:
+        if _kube is None:
+            cfg = client.Configuration()
+            try:
+                config.load_incluster_config(client_configuration=cfg)
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=cfg)
+            cfg.connection_pool_maxsize = 64
+            _kube = Kube(client.ApiClient(cfg))
+        return _kube

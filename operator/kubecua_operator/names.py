@@ -1,0 +1,69 @@
+"""Labels, selectors and child names: every name the operator gives is derived here.
+
+Names are deterministic so that a create after a crash or a restart hits 409 instead of making a
+duplicate: sandbox `<pool>-<index>`, token Secret `<pool>-sandbox-token`, Job `<run>-trainer`.
+"""
+
+from __future__ import annotations
+
+GROUP = "kubecua.dev"
+VERSION = "v1alpha1"
+POOL_LABEL = f"{GROUP}/pool"
+SANDBOX_LABEL = f"{GROUP}/sandbox"
+RUN_LABEL = f"{GROUP}/trainingrun"
+ROLE_LABEL = f"{GROUP}/role"  # part of a sandbox: episode-server, vm
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "kubecua-operator"}
+OPERATOR_POD_LABEL = {"app.kubernetes.io/name": "kubecua-operator"}
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TOKEN_KEY = "token"
+TOKEN_MOUNT = "/var/run/kubecua/sandbox-token"
+
+PORTS = {"episodes": 8000, "desktop": 5000, "cdp": 9222, "vlc": 8080}
+
+
+def client_label(pool: str) -> str:
+    """The label the pool's NetworkPolicy admits: `kubecua.dev/client-of-<pool>=true`."""
+    return f"{GROUP}/client-of-{pool}"
+
+
+def pool_labels(pool: str) -> dict[str, str]:
+    return {POOL_LABEL: pool, **MANAGED_BY}
+
+
+def sandbox_labels(pool: str, sandbox: str) -> dict[str, str]:
+    return {POOL_LABEL: pool, SANDBOX_LABEL: sandbox, COMPONENT_LABEL: "sandbox", **MANAGED_BY}
+
+
+def pool_selector(pool: str) -> str:
+    """The scale subresource's selector; `kubectl get pods -l` with it lists the sandboxes."""
+    return f"{POOL_LABEL}={pool},{COMPONENT_LABEL}=sandbox"
+
+
+def sandbox_name(pool: str, index: int) -> str:
+    """`sandbox_name("ubuntu", 3)` is `ubuntu-3`; indexes are reused after a sandbox is gone."""
+    return f"{pool}-{index}"
+
+
+def sandbox_index(pool: str, name: str) -> int | None:
+    """Inverse of sandbox_name: `sandbox_index("ubuntu", "ubuntu-3")` is 3; others give None."""
+    prefix = f"{pool}-"
+    rest = name[len(prefix) :] if name.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+def token_secret(pool: str) -> str:
+    return f"{pool}-sandbox-token"
+
+
+def network_policy(pool: str) -> str:
+    return f"{pool}-sandboxes"
+
+
+def run_labels(run: str, component: str) -> dict[str, str]:
+    return {RUN_LABEL: run, COMPONENT_LABEL: component, **MANAGED_BY}
+
+
+def run_child(run: str, suffix: str) -> str:
+    """`run_child("qwen", "trainer")` is `qwen-trainer` (Job, headless Service, SA, Role)."""
+    return f"{run}-{suffix}"

@@ -1,0 +1,113 @@
+"""External backend: sandboxes that run elsewhere, given by URL.
+
+Each becomes a selector-less Service plus an EndpointSlice the operator writes, so trainers discover
+them exactly like pod sandboxes (EndpointSlices labelled kubecua.dev/pool). Readiness comes from the
+operator polling each episode server's /readyz. Every slice also carries its URL in the annotation
+kubecua.dev/url, which clients should prefer: the API server refuses loopback IPs and one-label
+names such as `localhost` in EndpointSlices, so a loopback URL (local development and tests) gets
+the placeholder FQDN `localhost.invalid` as its address. Hostnames become FQDN slices.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from kubecua_operator import names
+from kubecua_operator.sandboxpool.backends import Obj
+from kubecua_operator.sandboxpool.model import PENDING, READY, TERMINATING, Probe, Sandbox, Summary
+from kubecua_operator.settings import Settings
+
+SLICE_MANAGER = "kubecua.dev-operator"
+URL_ANNOTATION = f"{names.GROUP}/url"
+LOOPBACK_PLACEHOLDER = "localhost.invalid"  # RFC 6761: never resolves; read kubecua.dev/url
+
+
+def endpoint_urls(pool: Obj) -> list[str]:
+    return list(((pool["spec"].get("desktop") or {}).get("external") or {}).get("endpoints", []))
+
+
+def slice_address(url: str) -> tuple[str, str, int]:
+    """(addressType, address, port) of an episode-server URL.
+
+    >>> slice_address("http://10.0.0.5:8000")
+    ('IPv4', '10.0.0.5', 8000)
+    >>> slice_address("http://127.0.0.1:41234")
+    ('FQDN', 'localhost.invalid', 41234)
+    >>> slice_address("http://desk-7.lab.example")
+    ('FQDN', 'desk-7.lab.example', 80)
+    """
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 80
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return "FQDN", host, port
+    if ip.is_loopback:
+        return "FQDN", LOOPBACK_PLACEHOLDER, port
+    return ("IPv4" if ip.version == 4 else "IPv6"), host, port
+
+
+def build_slice(pool: Obj, index: int, ready: bool) -> Obj:
+    meta = pool["metadata"]
+    name = names.sandbox_name(meta["name"], index)
+    url = endpoint_urls(pool)[index]
+    kind, address, port = slice_address(url)
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {
+                **names.sandbox_labels(meta["name"], name),
+                "kubernetes.io/service-name": name,
+                "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
+            },
+            "annotations": {URL_ANNOTATION: url},
+        },
+        "addressType": kind,
+        "endpoints": [{"addresses": [address], "conditions": {"ready": ready}}],
+        "ports": [{"name": "episodes", "port": port, "protocol": "TCP"}],
+    }
+
+
+class ExternalBackend:
+    uses_pods = False
+
+    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
+        return [build_slice(pool, index, ready=False)]
+
+    def parts(self, sandbox: str) -> list[tuple[str, str]]:
+        return [("EndpointSlice", sandbox)]
+
+    def observe(
+        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+    ) -> list[Sandbox]:
+        urls, out = endpoint_urls(pool), []
+        for obj in children:
+            index = names.sandbox_index(pool["metadata"]["name"], obj.name)
+            if obj.kind != "EndpointSlice" or index is None:
+                continue
+            probe = probes.get(obj.name)
+            state = READY if obj.ready else PENDING
+            if obj.deleting or index >= len(urls):
+                state = TERMINATING if obj.deleting else PENDING
+            url = urls[index] if index < len(urls) else ""
+            out.append(Sandbox(obj.name, index, state, obj.uid, url, reason=str(probe)))
+        return out
+
+    def slice_updates(
+        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+    ) -> list[Obj]:
+        """Slices whose ready condition disagrees with the last probe, rebuilt to be patched."""
+        urls, out = endpoint_urls(pool), []
+        for obj in children:
+            index = names.sandbox_index(pool["metadata"]["name"], obj.name)
+            if obj.kind != "EndpointSlice" or index is None or index >= len(urls) or obj.deleting:
+                continue
+            probe = probes.get(obj.name)
+            ready = bool(probe and probe.ready)
+            if ready != obj.ready:
+                out.append(build_slice(pool, index, ready))
+        return out

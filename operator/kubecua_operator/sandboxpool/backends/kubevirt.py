@@ -1,0 +1,188 @@
+"""KubeVirt backend: a kubevirt.io/v1 VirtualMachine per sandbox, booted from a containerDisk or a
+clone of a DataVolume, plus an episode-server pod pointed at the VM's desktop API.
+
+Works with stock OSWorld Ubuntu or Windows images: their desktop server listens on :5000, and the
+VM's readiness probe asks it for /platform. The episode server reaches the VM through the
+`<sandbox>-desktop` Service (the VM's launcher pod carries role=vm), so the sandbox's main Service
+keeps one backend: the episode-server pod.
+"""
+
+from __future__ import annotations
+
+from kubecua_operator import names
+from kubecua_operator.sandboxpool.backends import Obj
+from kubecua_operator.sandboxpool.backends.pod import (
+    observe_pods,
+    security_context,
+    token_volume,
+)
+from kubecua_operator.sandboxpool.model import FAILED, PENDING, TERMINATING, Probe, Sandbox, Summary
+from kubecua_operator.settings import Settings
+
+FAILED_VM_STATES = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "DataVolumeError"}
+UNSCHEDULABLE_VM_STATES = {"ErrorUnschedulable"}
+
+
+def build_vm(pool: Obj, index: int) -> Obj:
+    meta, spec = pool["metadata"], pool["spec"]
+    kv = spec["desktop"]["kubevirt"]
+    name = names.sandbox_name(meta["name"], index)
+    labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "vm"}
+    vm_spec: Obj = {
+        "runStrategy": "Always",
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "domain": {
+                    "cpu": {"cores": kv.get("cpu", 4)},
+                    "memory": {"guest": kv.get("memory", "8Gi")},
+                    "resources": {"requests": {"memory": kv.get("memory", "8Gi")}},
+                    "devices": {
+                        "disks": [{"name": "boot", "disk": {"bus": "virtio"}}],
+                        "interfaces": [{"name": "default", "masquerade": {}}],
+                    },
+                },
+                "networks": [{"name": "default", "pod": {}}],
+                "volumes": [_boot_volume(kv, name)],
+                "readinessProbe": {
+                    "httpGet": {"path": "/platform", "port": kv.get("desktopPort", 5000)},
+                    "initialDelaySeconds": 20,
+                    "periodSeconds": 5,
+                    "failureThreshold": 3,
+                },
+            },
+        },
+    }
+    if kv.get("dataVolume"):
+        vm_spec["dataVolumeTemplates"] = [
+            {
+                "metadata": {"name": f"{name}-disk"},
+                "spec": {
+                    "source": {"pvc": {"name": kv["dataVolume"], "namespace": meta["namespace"]}},
+                    "storage": {},
+                },
+            }
+        ]
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+        "spec": vm_spec,
+    }
+
+
+def _boot_volume(kv: Obj, name: str) -> Obj:
+    if kv.get("containerDisk"):
+        return {"name": "boot", "containerDisk": {"image": kv["containerDisk"]}}
+    return {"name": "boot", "dataVolume": {"name": f"{name}-disk"}}
+
+
+def build_desktop_service(pool: Obj, index: int) -> Obj:
+    meta = pool["metadata"]
+    name = names.sandbox_name(meta["name"], index)
+    port = pool["spec"]["desktop"]["kubevirt"].get("desktopPort", 5000)
+    ports = [
+        {"name": "desktop", "port": 5000, "targetPort": port},
+        {"name": "cdp", "port": 9222, "targetPort": 9222},
+        {"name": "vlc", "port": 8080, "targetPort": 8080},
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{name}-desktop",
+            "namespace": meta["namespace"],
+            "labels": {**names.pool_labels(meta["name"]), names.ROLE_LABEL: "vm"},
+        },
+        "spec": {"selector": {names.SANDBOX_LABEL: name, names.ROLE_LABEL: "vm"}, "ports": ports},
+    }
+
+
+def build_episode_pod(pool: Obj, index: int, settings: Settings) -> Obj:
+    meta, spec = pool["metadata"], pool["spec"]
+    name = names.sandbox_name(meta["name"], index)
+    desktop = f"http://{name}-desktop.{meta['namespace']}.svc"
+    volume, mount = token_volume(meta["name"])
+    env = [
+        {"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"},
+        {"name": "KUBECUA_DESKTOP_URL", "value": f"{desktop}:5000"},
+        {"name": "KUBECUA_CDP_URL", "value": f"{desktop}:9222"},
+        {"name": "KUBECUA_VLC_URL", "value": f"{desktop}:8080"},
+        {"name": "KUBECUA_DESKTOP_OS", "value": spec["desktop"].get("os", "Ubuntu")},
+    ]
+    container = {
+        "name": "episode-server",
+        "image": spec["desktop"]["kubevirt"].get("episodeServerImage") or settings.sandbox_image,
+        "args": ["episode-server"],
+        "ports": [{"name": "episodes", "containerPort": 8000}],
+        "env": env,
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8000}, "periodSeconds": 2},
+        "securityContext": security_context(),
+        "volumeMounts": [mount],
+    }
+    labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "episode-server"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+        "spec": {
+            "restartPolicy": "Always",  # the VM holds the state; the episode server is stateless
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True},
+            "containers": [container],
+            "volumes": [volume],
+        },
+    }
+
+
+def combine(pod_box: Sandbox | None, vm: Summary) -> Sandbox:
+    """A VM sandbox is ready when the VM is ready and its episode server (a pod) is ready."""
+    index = pod_box.index if pod_box else -1
+    if vm.deleting or (pod_box and pod_box.state == TERMINATING):
+        return Sandbox(vm.name, index, TERMINATING, vm.uid)
+    if vm.phase in FAILED_VM_STATES or (pod_box and pod_box.state == FAILED):
+        return Sandbox(vm.name, index, FAILED, vm.uid, reason=vm.phase)
+    state = pod_box.state if pod_box and vm.ready else PENDING
+    limited = vm.phase in UNSCHEDULABLE_VM_STATES or bool(pod_box and pod_box.unschedulable)
+    url = pod_box.url if pod_box else ""
+    return Sandbox(vm.name, index, state, vm.uid, url, unschedulable=limited, reason=vm.phase)
+
+
+class KubevirtBackend:
+    uses_pods = True
+
+    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
+        return [
+            build_vm(pool, index),
+            build_desktop_service(pool, index),
+            build_episode_pod(pool, index, settings),
+        ]
+
+    def parts(self, sandbox: str) -> list[tuple[str, str]]:
+        return [("VirtualMachine", sandbox), ("Pod", sandbox), ("Service", f"{sandbox}-desktop")]
+
+    def observe(
+        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+    ) -> list[Sandbox]:
+        pods = {s.name: s for s in observe_pods(pool, children, "episode-server")}
+        out = []
+        for vm in children:
+            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
+            if vm.kind != "VirtualMachine" or index is None:
+                continue
+            box = combine(pods.get(vm.name), vm)
+            out.append(
+                Sandbox(box.name, index, box.state, box.uid, box.url, box.unschedulable, box.reason)
+            )
+        return out
+
+    def missing_parts(self, pool: Obj, children: list[Summary], settings: Settings) -> list[Obj]:
+        """Episode-server pods of live VMs that lost theirs (deleted, or a create that raced)."""
+        pods = {c.name for c in children if c.kind == "Pod" and c.role == "episode-server"}
+        out = []
+        for vm in children:
+            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
+            live_vm = vm.kind == "VirtualMachine" and index is not None and not vm.deleting
+            if live_vm and index is not None and vm.name not in pods:
+                out.append(build_episode_pod(pool, index, settings))
+        return out

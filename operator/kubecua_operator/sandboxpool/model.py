@@ -1,0 +1,88 @@
+"""What the pool controller knows about each sandbox, reduced from the objects kopf indexes.
+
+Index functions keep a small summary per child (never the whole object), so 1,000 sandboxes cost a
+few hundred kilobytes of operator memory rather than the pods' full JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubecua_operator import names
+
+PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One child object of a pool (Pod, Service, EndpointSlice, VirtualMachine)."""
+
+    kind: str
+    name: str
+    uid: str
+    sandbox: str
+    role: str = ""  # which part of a sandbox: "" for the main object, "episode-server", ...
+    phase: str = ""
+    ready: bool = False
+    unschedulable: bool = False
+    deleting: bool = False
+    ip: str = ""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One sandbox, whatever backend: its state is pending, ready, failed or terminating."""
+
+    name: str
+    index: int
+    state: str
+    uid: str = ""
+    url: str = ""
+    unschedulable: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The last answer of a sandbox's episode server (GET /readyz, optionally /status)."""
+
+    ready: bool
+    busy: bool
+    episodes_served: int = 0
+
+
+def summarize_pod(body: dict[str, Any]) -> Summary:
+    meta, status = body.get("metadata", {}), body.get("status", {}) or {}
+    conds = {c.get("type"): c for c in status.get("conditions", []) or []}
+    sched = conds.get("PodScheduled", {})
+    return Summary(
+        kind="Pod",
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        sandbox=(meta.get("labels") or {}).get(names.SANDBOX_LABEL, ""),
+        role=(meta.get("labels") or {}).get(names.ROLE_LABEL, ""),
+        phase=status.get("phase", "Pending"),
+        ready=conds.get("Ready", {}).get("status") == "True",
+        unschedulable=sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
+        deleting=bool(meta.get("deletionTimestamp")),
+        ip=status.get("podIP", "") or "",
+    )
+
+
+def summarize_object(kind: str, body: dict[str, Any]) -> Summary:
+    """Services, EndpointSlices and VirtualMachines: existence, deletion and readiness."""
+    meta, status = body.get("metadata", {}), body.get("status", {}) or {}
+    ready = bool(status.get("ready"))  # VirtualMachine.status.ready
+    if kind == "EndpointSlice":
+        eps = body.get("endpoints") or []
+        ready = bool(eps) and bool((eps[0].get("conditions") or {}).get("ready"))
+    return Summary(
+        kind=kind,
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        sandbox=(meta.get("labels") or {}).get(names.SANDBOX_LABEL, ""),
+        phase=str(status.get("printableStatus", "")),
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )

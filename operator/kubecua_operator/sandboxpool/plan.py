@@ -1,0 +1,134 @@
+"""The pool's decisions as pure functions: how many sandboxes, which to create, which to remove.
+
+Nothing here talks to the API; reconcile.py feeds in the observed sandboxes and carries out the
+plan.
+The churn guard lives here: sandboxes that are not ready yet cap further creation, and while any is
+unschedulable nothing more is created (agent-sandbox #1215: a pool that cannot schedule must hold,
+not create pods without bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Probe, Sandbox
+
+# Reasons of ScalingLimited (closed set).
+UNSCHEDULABLE = "Unschedulable"
+REPLACEMENT_BACKOFF = "ReplacementBackoff"
+
+
+@dataclass
+class Plan:
+    create: list[int] = field(default_factory=list)
+    delete: list[tuple[Sandbox, str]] = field(default_factory=list)  # (sandbox, reason)
+    limited: str = ""  # a ScalingLimited reason, or "" when scaling is not held back
+    target: int = 0
+    leased: int = 0
+
+
+def target_replicas(replicas: int, warm_spares: int, leased: int) -> int:
+    """Sandboxes to keep: grow past `replicas` only to keep `warm_spares` idle, by at most that.
+
+    >>> target_replicas(4, 2, leased=1)   # 3 idle already cover the 2 spares
+    4
+    >>> target_replicas(4, 2, leased=3)   # 3 + 2 spares
+    5
+    >>> target_replicas(4, 2, leased=6)   # capped at replicas + warm_spares
+    6
+    """
+    return min(replicas + warm_spares, max(replicas, leased + warm_spares))
+
+
+def backoff_seconds(failures: int, base: float, cap: float) -> float:
+    """Delay before replacing after `failures` consecutive failures: base * 2^(n-1), capped.
+
+    >>> [backoff_seconds(n, 5, 300) for n in (0, 1, 2, 3, 10)]
+    [0.0, 5.0, 10.0, 20.0, 300.0]
+    """
+    return 0.0 if failures <= 0 else float(min(cap, base * 2 ** (failures - 1)))
+
+
+def scale_in_order(sandboxes: list[Sandbox], leased: set[str]) -> list[Sandbox]:
+    """Removal order: failed, then not ready, then idle, and leased last; highest index first."""
+    rank = {FAILED: 0, PENDING: 1, READY: 2}
+
+    def key(s: Sandbox) -> tuple[int, int]:
+        return (3 if s.name in leased else rank.get(s.state, 1), -s.index)
+
+    return sorted(sandboxes, key=key)
+
+
+def free_indexes(used: set[int], count: int) -> list[int]:
+    """The `count` lowest indexes not in use: free_indexes({0, 2}, 3) == [1, 3, 4]."""
+    out: list[int] = []
+    i = 0
+    while len(out) < count:
+        if i not in used:
+            out.append(i)
+        i += 1
+    return out
+
+
+def make_plan(
+    spec: dict,
+    sandboxes: list[Sandbox],
+    probes: dict[str, Probe],
+    *,
+    replace_allowed: bool,
+    burst: int,
+    cap: int | None = None,
+) -> Plan:
+    live = [s for s in sandboxes if s.state != TERMINATING]
+    leased = {s.name for s in live if s.state == READY and _busy(probes, s.name)}
+    plan = Plan(leased=len(leased))
+    plan.target = target_replicas(spec.get("replicas", 1), spec.get("warmSpares", 0), len(leased))
+    if cap is not None:  # external pools cannot grow past their list of endpoints
+        plan.target = min(plan.target, cap)
+    plan.delete = _replacements(spec, live, probes, leased, replace_allowed)
+    doomed = {s.name for s, _ in plan.delete}
+    keep = [s for s in live if s.name not in doomed]
+    excess = len(keep) - plan.target
+    if excess > 0:
+        plan.delete += [(s, "ScaledIn") for s in scale_in_order(keep, leased)[:excess]]
+    # Replaced sandboxes hold their slot until they are gone: their successor reuses the index.
+    missing = plan.target - (len(live) - max(excess, 0))
+    if any(s.state == FAILED for s in live) and not replace_allowed:
+        plan.limited = REPLACEMENT_BACKOFF
+    if missing > 0:
+        if any(s.unschedulable for s in live):
+            plan.limited = UNSCHEDULABLE
+            return plan
+        ready = sum(s.state == READY for s in live)
+        pending = sum(s.state == PENDING for s in live)
+        room = max(burst, ready) - pending
+        plan.create = free_indexes({s.index for s in sandboxes}, max(0, min(missing, room)))
+    return plan
+
+
+def _busy(probes: dict[str, Probe], name: str) -> bool:
+    probe = probes.get(name)
+    return bool(probe and probe.busy)
+
+
+def _replacements(
+    spec: dict,
+    live: list[Sandbox],
+    probes: dict[str, Probe],
+    leased: set[str],
+    replace_allowed: bool,
+) -> list[tuple[Sandbox, str]]:
+    out = [(s, "Failed") for s in live if s.state == FAILED and replace_allowed]
+    reset = spec.get("reset") or {}
+    limit = 1 if reset.get("strategy") == "recreate" else int(reset.get("maxEpisodesPerSandbox", 0))
+    if limit > 0:
+        for s in live:
+            probe = probes.get(s.name)
+            if (
+                s.state == READY
+                and s.name not in leased
+                and probe
+                and probe.episodes_served >= limit
+            ):
+                out.append((s, "Recycled"))
+    return out

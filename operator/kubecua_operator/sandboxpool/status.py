@@ -1,0 +1,60 @@
+"""The pool's status, computed whole from the observed sandboxes and the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubecua_operator import conditions as c
+from kubecua_operator import names
+from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Sandbox
+from kubecua_operator.sandboxpool.plan import Plan
+
+
+def count_states(sandboxes: list[Sandbox], leased: int) -> dict[str, int]:
+    """Sandboxes per state for the kubecua_pool_sandboxes gauge; leased ones also count as ready."""
+    counts = {state: sum(s.state == state for s in sandboxes) for state in (PENDING, READY, FAILED)}
+    counts["terminating"] = sum(s.state == TERMINATING for s in sandboxes)
+    counts["leased"] = leased
+    return counts
+
+
+def compute_status(pool: dict[str, Any], sandboxes: list[Sandbox], plan: Plan) -> dict[str, Any]:
+    meta, spec = pool["metadata"], pool["spec"]
+    gen = meta.get("generation", 0)
+    live = [s for s in sandboxes if s.state != TERMINATING]
+    ready = sum(s.state == READY for s in live)
+    failed = sum(s.state == FAILED for s in live)
+    want = spec.get("replicas", 1)
+    changing = bool(plan.create or plan.delete) or len(live) != plan.target or ready < len(live)
+    conds = [
+        c.make(c.READY, ready >= want, "AllReady" if ready >= want else "NotEnoughReady",
+               f"{ready}/{want} sandboxes ready", gen),
+        c.make(c.PROGRESSING, changing, "Scaling" if changing else "Stable",
+               f"{len(live)} sandboxes, target {plan.target}", gen),
+        c.make(c.DEGRADED, failed > 0, "SandboxesFailed" if failed else "NoFailures",
+               f"{failed} sandboxes failed", gen),
+        c.make(c.SCALING_LIMITED, bool(plan.limited), plan.limited or "NotLimited",
+               _limited_message(plan), gen),
+    ]  # fmt: skip
+    old = (pool.get("status") or {}).get("conditions") or []
+    return {
+        "replicas": len(live),
+        "readyReplicas": ready,
+        "leasedReplicas": plan.leased,
+        "selector": names.pool_selector(meta["name"]),
+        "observedGeneration": gen,
+        "conditions": c.merge(old, conds),
+    }
+
+
+def _limited_message(plan: Plan) -> str:
+    return {
+        "Unschedulable": "sandboxes cannot be scheduled; holding instead of creating more",
+        "ReplacementBackoff": "failed sandboxes are replaced after a backoff delay",
+    }.get(plan.limited, "scaling is not held back")
+
+
+def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether `new` differs from the stored status in any field we own."""
+    old = old or {}
+    return any(old.get(k) != v for k, v in new.items())

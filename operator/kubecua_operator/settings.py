@@ -1,0 +1,59 @@
+"""Operator settings from the environment, and kopf's start-up settings.
+
+kopf keeps its bookkeeping in annotations prefixed with our group (never in a foreign domain), its
+finalizer is ours, and API errors are retried with backoff instead of crashing handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import lru_cache
+
+import kopf
+from pydantic import BaseModel, Field
+
+
+class Settings(BaseModel):
+    """Every knob, read once from KUBECUA_OPERATOR_<NAME> environment variables."""
+
+    sandbox_image: str = Field("kubecua/sandbox:dev", description="Default sandbox pod image.")
+    trainer_image: str = Field("kubecua/trainer:dev", description="Default trainer image.")
+    sglang_image: str = Field("lmsysorg/sglang:v0.5.3", description="sglang server image.")
+    resync_seconds: float = Field(10.0, gt=0, description="Reconcile at least this often.")
+    poll_seconds: float = Field(2.0, gt=0, description="Episode-server poll period.")
+    debounce_seconds: float = Field(0.2, ge=0, description="Coalesce bursts of child events.")
+    poll_episodes: bool = Field(True, description="Poll episode servers for leases/episodes.")
+    poll_timeout_seconds: float = Field(0.5, gt=0, description="Per episode-server request.")
+    poll_concurrency: int = Field(64, ge=1, description="Episode servers polled at once.")
+    create_burst: int = Field(32, ge=1, description="Unready sandboxes allowed at any time, min.")
+    api_concurrency: int = Field(32, ge=1, description="Concurrent API writes.")
+    failure_backoff_seconds: float = Field(5.0, ge=0, description="First replacement delay.")
+    failure_backoff_max_seconds: float = Field(300.0, ge=0, description="Longest delay.")
+    unschedulable_grace_seconds: float = Field(0.0, ge=0, description="Before ScalingLimited.")
+    metrics_port: int = Field(8080, ge=0, le=65535, description="Operator /metrics; 0 is off.")
+    metrics_host: str = Field("0.0.0.0", description="Bind address of /metrics.")
+
+
+@lru_cache(maxsize=1)
+def get() -> Settings:
+    prefix = "KUBECUA_OPERATOR_"
+    values = {
+        name: os.environ[prefix + name.upper()]
+        for name in Settings.model_fields
+        if prefix + name.upper() in os.environ
+    }
+    return Settings.model_validate(values)
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = "kubecua.dev/operator"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kubecua.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="kubecua.dev", key="last-handled-configuration"
+    )
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.posting.level = logging.WARNING  # our own Events; kopf's per-handler ones are noise
+    settings.execution.max_workers = 32

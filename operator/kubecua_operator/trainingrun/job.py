@@ -1,0 +1,144 @@
+"""The trainer workload: an Indexed Job of N pods with G GPUs each, torchrun inside.
+
+torchrun reads its settings from PET_* variables: pod i gets PET_NODE_RANK=i from its completion
+index, and every pod meets at <run>-trainer-0.<run>-trainer (the headless Service). The pods carry
+the pool's client label so the pool's NetworkPolicy admits them. `suspend` is the Job's own: the
+Job controller removes the pods (SIGTERM: the trainer checkpoints) and recreates them on resume,
+and the trainer resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubecua_operator import names
+from kubecua_operator.settings import Settings
+from kubecua_operator.trainingrun.children import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    RENDEZVOUS_PORT,
+    SGLANG_PORT,
+    _model_mounts,
+    _model_volumes,
+    token_secret_name,
+)
+
+Obj = dict[str, Any]
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def trainer_env(run: Obj) -> list[Obj]:
+    meta, spec = run["metadata"], run["spec"]
+    trainer = spec.get("trainer", {})
+    child = names.run_child(meta["name"], "trainer")
+    master = f"{child}-0.{child}"
+    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+    env: list[Obj] = [
+        {"name": "PET_NNODES", "value": str(trainer.get("nodes", 1))},
+        {"name": "PET_NPROC_PER_NODE", "value": str(max(1, trainer.get("gpusPerNode", 0)))},
+        {"name": "PET_NODE_RANK", "valueFrom": index_ref},
+        {"name": "PET_MASTER_ADDR", "value": master},
+        {"name": "PET_MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        {"name": "MASTER_ADDR", "value": master},
+        {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        {"name": "KUBECUA_TRAININGRUN_NAME", "value": meta["name"]},
+        {"name": "KUBECUA_TRAININGRUN_NAMESPACE", "value": meta["namespace"]},
+        {"name": "KUBECUA_RESUME", "value": "latest"},
+    ]
+    if token_secret_name(spec):
+        env.append({"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/token"})
+    rollout = spec.get("rollout", {})
+    if rollout.get("engine") == "sglang" and not rollout.get("sglangUrls"):
+        url = f"http://{names.run_child(meta['name'], 'sglang')}:{SGLANG_PORT}"
+        env.append({"name": "KUBECUA_SGLANG_URLS", "value": url})
+    return env
+
+
+def trainer_resources(spec: Obj) -> Obj:
+    """User resources plus nvidia.com/gpu limits from gpusPerNode (0 leaves them out)."""
+    trainer = spec.get("trainer", {})
+    res = {k: dict(v) for k, v in (trainer.get("resources") or {}).items()}
+    gpus = trainer.get("gpusPerNode", 0)
+    if gpus:
+        res.setdefault("limits", {})["nvidia.com/gpu"] = gpus
+    return res
+
+
+def volumes_and_mounts(run: Obj) -> tuple[list[Obj], list[Obj]]:
+    spec = run["spec"]
+    ckpt = spec.get("checkpoint", {})
+    config = {"name": names.run_child(run["metadata"]["name"], "config")}
+    volumes: list[Obj] = [
+        {"name": "config", "configMap": config},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        {"name": "checkpoints", **(
+            {"persistentVolumeClaim": {"claimName": ckpt["volume"]}} if ckpt.get("volume")
+            else {"emptyDir": {}}
+        )},
+    ]  # fmt: skip
+    mounts: list[Obj] = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "shm", "mountPath": "/dev/shm"},
+        {"name": "checkpoints", "mountPath": ckpt.get("path", "/ckpt")},
+    ]
+    secret = token_secret_name(spec)
+    if secret:
+        volumes.append({"name": "sandbox-token", "secret": {"secretName": secret}})
+        mounts.append({"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True})
+    return volumes + _model_volumes(spec), mounts + _model_mounts(spec)
+
+
+def pod_labels(run: Obj) -> dict[str, str]:
+    labels = names.run_labels(run["metadata"]["name"], "trainer")
+    pool = run["spec"]["sandboxes"].get("poolRef")
+    if pool:
+        labels[names.client_label(pool)] = "true"
+    return labels
+
+
+def build_job(run: Obj, settings: Settings, suspend: bool) -> Obj:
+    meta, spec = run["metadata"], run["spec"]
+    nodes = spec.get("trainer", {}).get("nodes", 1)
+    child = names.run_child(meta["name"], "trainer")
+    volumes, mounts = volumes_and_mounts(run)
+    port = spec.get("metrics", {}).get("port", 9400)
+    container: Obj = {
+        "name": "trainer",
+        "image": spec.get("trainer", {}).get("image") or settings.trainer_image,
+        "command": ["torchrun"],
+        "args": ["--module", "kubecua_trainer", "run", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "env": trainer_env(run),
+        "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
+        + ([{"name": "metrics", "containerPort": port}] if port else []),
+        "resources": trainer_resources(spec),
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    labels = names.run_labels(meta["name"], "trainer")
+    queue = (spec.get("kueue") or {}).get("queueName")
+    if queue:
+        labels[names.KUEUE_QUEUE_LABEL] = queue
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": child, "namespace": meta["namespace"], "labels": labels},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": nodes,
+            "parallelism": nodes,
+            "backoffLimit": spec.get("backoffLimit", 3),
+            "suspend": suspend,
+            "template": {
+                "metadata": {"labels": pod_labels(run)},
+                "spec": {
+                    "subdomain": child,
+                    "serviceAccountName": child,
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 600,  # time to write a checkpoint
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

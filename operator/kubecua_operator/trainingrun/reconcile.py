@@ -1,0 +1,149 @@
+"""reconcile_run: one level-based pass over a TrainingRun, and the per-run loop that runs it.
+
+Steps: (1) refuse specs that cannot run in a cluster; (2) make sure the static children exist
+(once per generation); (3) read the pool's readiness and the trainer Job from kopf indexes;
+(4) create the Job once minReady sandboxes are ready, and keep its suspend in line with the spec;
+(5) write the operator-owned status if it changed, then post an Event on a phase change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from kubecua_operator import conditions, events, metrics, wakeups
+from kubecua_operator import settings as settings_mod
+from kubecua_operator.k8s import Kube, adopt, kube
+from kubecua_operator.trainingrun import children, job, status
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+TERMINAL = (status.SUCCEEDED, status.FAILED)
+
+
+@dataclass
+class RunMemory:
+    ensured_generation: int = -1
+    has_pod_monitors: bool | None = None
+    last_status: Obj | None = None
+
+
+async def call(fn: Any, *args: Any) -> Any:
+    return await asyncio.to_thread(fn, *args)
+
+
+def static_children(run: Obj, with_pod_monitor: bool) -> list[Obj]:
+    spec, cfg = run["spec"], settings_mod.get()
+    objs = [
+        children.build_config_map(run),
+        children.build_service_account(run),
+        children.build_role(run),
+        children.build_role_binding(run),
+        children.build_rendezvous_service(run),
+    ]
+    if spec.get("metrics", {}).get("port", 9400):
+        objs.append(children.build_metrics_service(run))
+        if with_pod_monitor:
+            objs.append(children.build_pod_monitor(run))
+    rollout = spec.get("rollout", {})
+    if rollout.get("engine") == "sglang" and not rollout.get("sglangUrls"):
+        objs += children.build_sglang(run, cfg)
+    return objs
+
+
+async def ensure_static(api: Kube, run: Obj, memory: RunMemory) -> None:
+    if memory.ensured_generation == run["metadata"].get("generation"):
+        return
+    if memory.has_pod_monitors is None:
+        memory.has_pod_monitors = await call(
+            api.has_resource, "monitoring.coreos.com/v1", "podmonitors"
+        )
+    for obj in static_children(run, bool(memory.has_pod_monitors)):
+        adopt(obj, run)
+        await call(api.apply, obj)
+    memory.ensured_generation = run["metadata"].get("generation", 0)
+
+
+def invalid_reason(spec: Obj) -> str:
+    if spec["sandboxes"].get("local"):
+        return "spec.sandboxes.local starts desktops on the trainer's machine: local mode only"
+    return ""
+
+
+def observe(run: Obj, jobs: kopf.Index, pools: kopf.Index) -> status.Observed:
+    meta, spec = run["metadata"], run["spec"]
+    found = list(jobs.get((meta["namespace"], meta["name"]), []))
+    pool = spec["sandboxes"].get("poolRef")
+    if not pool:
+        return status.Observed(found[0] if found else None, None, invalid=invalid_reason(spec))
+    ready = list(pools.get((meta["namespace"], pool), []))
+    return status.Observed(
+        job=found[0] if found else None,
+        ready_sandboxes=int(ready[0]) if ready else 0,
+        pool_found=bool(ready),
+        invalid=invalid_reason(spec),
+    )
+
+
+async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
+    """Create the Job when sandboxes allow; keep Job.spec.suspend equal to spec.suspend."""
+    spec, meta = run["spec"], run["metadata"]
+    suspend = bool(spec.get("suspend"))
+    old_phase = (run.get("status") or {}).get("phase")
+    if seen.job is None:
+        gate = conditions.is_true(
+            [status.sandboxes_condition(spec, seen, 0)], conditions.SANDBOXES_READY
+        )
+        if gate and not seen.invalid and old_phase not in TERMINAL:
+            kueue = bool((spec.get("kueue") or {}).get("queueName"))
+            body = job.build_job(run, settings_mod.get(), suspend=suspend or kueue)
+            adopt(body, run)
+            await call(api.create, body)
+        return
+    kueue_admits = bool((spec.get("kueue") or {}).get("queueName")) and not suspend
+    if seen.job.suspend != suspend and not kueue_admits and not seen.job.complete:
+        patch = {"spec": {"suspend": suspend}}
+        await call(api.patch, "Job", meta["namespace"], seen.job.name, patch)
+
+
+async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory) -> None:
+    api = kube()
+    seen = observe(run, jobs, pools)
+    if not seen.invalid:
+        await ensure_static(api, run, memory)
+        await drive_job(api, run, seen)
+    new = status.compute_run_status(run, seen, conditions.now_iso())
+    old = memory.last_status if memory.last_status is not None else run.get("status")
+    if (old or {}).get("phase") in TERMINAL and seen.job is None:
+        return  # a finished run whose Job was removed stays finished
+    if not status.owned_changed(old, new):
+        return
+    meta = run["metadata"]
+    await call(api.patch, "TrainingRun", meta["namespace"], meta["name"], {"status": new}, "status")
+    memory.last_status = new
+    if (old or {}).get("phase") != new["phase"]:
+        failed = conditions.find(new["conditions"], conditions.FAILED) or {}
+        message = failed.get("message") or f"phase {new['phase']}"
+        await call(events.post, api, run, new["phase"], message, new["phase"] == status.FAILED)
+
+
+async def run_loop(run: Obj, stopped: Any, jobs: kopf.Index, pools: kopf.Index) -> None:
+    cfg, meta = settings_mod.get(), run["metadata"]
+    key: wakeups.Key = ("TrainingRun", meta["namespace"], meta["name"])
+    wakeups.register(key)
+    memory = RunMemory()
+    try:
+        while not stopped:
+            try:
+                with metrics.timed_reconcile("TrainingRun"):
+                    await reconcile_run(run, jobs, pools, memory)
+            except Exception as err:  # the next pass retries from the world's state
+                log.exception("reconcile of run %s/%s failed: %s", *key[1:], err)
+            await wakeups.wait(key, cfg.resync_seconds)
+            await asyncio.sleep(cfg.debounce_seconds)
+    finally:
+        wakeups.forget(key)

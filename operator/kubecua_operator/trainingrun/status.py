@@ -1,0 +1,129 @@
+"""A TrainingRun's operator-owned status, computed whole from its Job and its pool.
+
+The trainer patches step, totalSteps, meanReward, successRate, tokensPerSecond and lastCheckpoint;
+this module never writes those, so the two writers never fight over a field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubecua_operator import conditions as c
+
+Obj = dict[str, Any]
+PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
+    "Pending", "Running", "Suspended", "Succeeded", "Failed",
+)  # fmt: skip
+OWNED = ("phase", "conditions", "startTime", "completionTime", "restarts", "readySandboxes",
+         "observedGeneration")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the run controller needs of its trainer Job (kept in a kopf index)."""
+
+    name: str
+    uid: str = ""
+    suspend: bool = False
+    active: int = 0
+    ready: int = 0
+    failed: int = 0
+    complete: bool = False
+    failed_reason: str = ""
+    failed_message: str = ""
+
+
+def summarize_job(body: Obj) -> JobView:
+    status = body.get("status") or {}
+    conds = {x.get("type"): x for x in status.get("conditions") or [] if x.get("status") == "True"}
+    failed = conds.get("Failed") or {}
+    return JobView(
+        name=body["metadata"]["name"],
+        uid=body["metadata"].get("uid", ""),
+        suspend=bool((body.get("spec") or {}).get("suspend")),
+        active=int(status.get("active") or 0),
+        ready=int(status.get("ready") or 0),
+        failed=int(status.get("failed") or 0),
+        complete="Complete" in conds,
+        failed_reason=str(failed.get("reason", "")) if failed else "",
+        failed_message=str(failed.get("message", "")) if failed else "",
+    )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The world as one pass sees it."""
+
+    job: JobView | None
+    ready_sandboxes: int | None  # None: no pool to wait for (static urls)
+    pool_found: bool = True
+    invalid: str = ""  # a reason the run can never start in a cluster
+
+
+def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:
+    need = spec["sandboxes"].get("minReady", 1)
+    if seen.ready_sandboxes is None:
+        return c.make(c.SANDBOXES_READY, True, "StaticUrls", "sandboxes given by URL", gen)
+    if not seen.pool_found:
+        pool = spec["sandboxes"].get("poolRef")
+        return c.make(
+            c.SANDBOXES_READY, False, "PoolNotFound", f"SandboxPool {pool} not found", gen
+        )
+    ok = seen.ready_sandboxes >= need
+    return c.make(c.SANDBOXES_READY, ok, "MinReadyMet" if ok else "WaitingForSandboxes",
+                  f"{seen.ready_sandboxes}/{need} sandboxes ready", gen)  # fmt: skip
+
+
+def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
+    """(phase, reason, message): terminal Job states win, then suspend, then pods running."""
+    job = seen.job
+    if seen.invalid:
+        return FAILED, "InvalidSpec", seen.invalid
+    if job and job.failed_reason:
+        return FAILED, job.failed_reason, job.failed_message or "trainer Job failed"
+    if job and job.complete:
+        return SUCCEEDED, "Completed", "trainer finished all steps"
+    if spec.get("suspend"):
+        return SUSPENDED, "Suspended", "suspended by spec.suspend"
+    if job and job.active > 0 and not job.suspend:
+        return RUNNING, "TrainerRunning", f"{job.active} trainer pods active"
+    if job is None:
+        return PENDING, "WaitingForSandboxes", "trainer starts once enough sandboxes are ready"
+    return PENDING, "TrainerStarting", "trainer pods are starting"
+
+
+def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
+    spec, gen = run["spec"], run["metadata"].get("generation", 0)
+    old = run.get("status") or {}
+    phase, reason, message = compute_phase(spec, seen)
+    nodes = spec.get("trainer", {}).get("nodes", 1)
+    ready = seen.job.ready if seen.job else 0
+    pods_ready = "AllPodsReady" if ready >= nodes else "PodsNotReady"
+    conds = [
+        sandboxes_condition(spec, seen, gen),
+        c.make(c.TRAINER_READY, ready >= nodes, pods_ready,
+               f"{ready}/{nodes} trainer pods ready", gen),
+        c.make(c.PROGRESSING, phase in (PENDING, RUNNING), reason, message, gen),
+        c.make(c.FAILED, phase == FAILED, reason if phase == FAILED else "NoFailure",
+               message if phase == FAILED else "", gen),
+    ]  # fmt: skip
+    status: Obj = {
+        "phase": phase,
+        "conditions": c.merge(old.get("conditions") or [], conds, now),
+        "restarts": seen.job.failed if seen.job else int(old.get("restarts") or 0),
+        "observedGeneration": gen,
+    }
+    if seen.ready_sandboxes is not None:
+        status["readySandboxes"] = seen.ready_sandboxes
+    start = old.get("startTime") or (now if phase == RUNNING else None)
+    if start:
+        status["startTime"] = start
+    if phase in (SUCCEEDED, FAILED):
+        status["completionTime"] = old.get("completionTime") or now
+    return status
+
+
+def owned_changed(old: Obj | None, new: Obj) -> bool:
+    old = old or {}
+    return any(old.get(k) != new.get(k) for k in OWNED if k in new)

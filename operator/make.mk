@@ -1,0 +1,13 @@
+# The kopf operator (operator/) and its CRDs (crds/).
+$(eval $(call python-project,operator,operator))
+TEST_TARGETS += test-operator
+.PHONY: test-operator bench-operator run-operator
+
+test-operator: operator-env setup-go ## operator unit tests and its tests on the real control plane (kwok)
+	cd operator && .venv/bin/pytest -q
+
+bench-operator: operator-env setup-go tests-env ## SandboxPool 0->1000 on kwok and discovery latency; prints JSON
+	cd operator && .venv/bin/python -m bench.scale
+
+run-operator: operator-env ## run the operator against the KUBECONFIG cluster (kubectl apply -f crds/ first)
+	cd operator && .venv/bin/python -m kubecua_operator

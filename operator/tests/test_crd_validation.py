@@ -1,0 +1,224 @@
+"""The API server itself refuses bad SandboxPools and TrainingRuns, naming the field.
+
+Runs against the real kube-apiserver (OpenAPI schema, defaults and CEL rules); no operator needed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+POOL = {
+    "apiVersion": "kubecua.dev/v1alpha1",
+    "kind": "SandboxPool",
+    "metadata": {"name": "p"},
+    "spec": {"replicas": 1, "backend": "pod"},
+}
+RUN = {
+    "apiVersion": "kubecua.dev/v1alpha1",
+    "kind": "TrainingRun",
+    "metadata": {"name": "r"},
+    "spec": {
+        "model": {"path": "/models/tiny"},
+        "sandboxes": {"poolRef": "p"},
+        "tasks": {"configMapRef": "tasks"},
+        "steps": 10,
+    },
+}
+
+
+def with_spec(base: dict, **changes: Any) -> dict:
+    """A copy of `base` with dotted spec paths set; a value of None deletes the key."""
+    obj = json.loads(json.dumps(base))
+    for path, value in changes.items():
+        node = obj["spec"]
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return obj
+
+
+KV = {"kubevirt": {"containerDisk": "img", "dataVolume": "dv"}}
+BAD = [
+    ("negative replicas", with_spec(POOL, replicas=-1), "spec.replicas"),
+    ("unknown backend", with_spec(POOL, backend="docker"), "spec.backend"),
+    (
+        "kubevirt without settings",
+        with_spec(POOL, backend="kubevirt"),
+        "spec.desktop.kubevirt is required",
+    ),
+    (
+        "two boot disks",
+        with_spec(POOL, backend="kubevirt", desktop=KV),
+        "exactly one of containerDisk, dataVolume",
+    ),
+    (
+        "external without endpoints",
+        with_spec(POOL, backend="external", desktop={"external": {}}),
+        "spec.desktop.external.endpoints",
+    ),
+    (
+        "more replicas than endpoints",
+        with_spec(
+            POOL,
+            backend="external",
+            replicas=3,
+            desktop={"external": {"endpoints": ["http://10.0.0.1:8000"]}},
+        ),
+        "spec.replicas must not exceed",
+    ),
+    (
+        "non-http endpoint",
+        with_spec(POOL, backend="external", desktop={"external": {"endpoints": ["ftp://x"]}}),
+        "spec.desktop.external.endpoints[0]",
+    ),
+    (
+        "tiny screen",
+        with_spec(POOL, desktop={"screen": {"width": 100}}),
+        "spec.desktop.screen.width",
+    ),
+    ("typo in a field", with_spec(POOL, replica=3), 'unknown field "spec.replica"'),
+    (
+        "pod settings on external",
+        with_spec(
+            POOL,
+            backend="external",
+            desktop={"pod": {"image": "x"}, "external": {"endpoints": ["http://a:1"]}},
+        ),
+        "spec.desktop.pod is only allowed",
+    ),
+    (
+        "memory in GB",
+        with_spec(
+            POOL, backend="kubevirt", desktop={"kubevirt": {"containerDisk": "i", "memory": "8GB"}}
+        ),
+        "spec.desktop.kubevirt.memory",
+    ),
+    (
+        "unknown reset strategy",
+        with_spec(POOL, reset={"strategy": "reboot"}),
+        "spec.reset.strategy",
+    ),
+    ("run without steps", with_spec(RUN, steps=None), "spec.steps: Required"),
+    (
+        "two sandbox sources",
+        with_spec(RUN, sandboxes={"poolRef": "p", "urls": ["http://a:1"]}),
+        "spec.sandboxes: set exactly one of poolRef, urls, local",
+    ),
+    (
+        "no sandbox source",
+        with_spec(RUN, sandboxes={"minReady": 2}),
+        "spec.sandboxes: set exactly one",
+    ),
+    (
+        "no task source",
+        with_spec(RUN, tasks={"ids": ["a"]}),
+        "spec.tasks: set exactly one of configMapRef, path",
+    ),
+    (
+        "clip high below low",
+        with_spec(RUN, algorithm={"clip": {"low": 0.3, "high": 0.2}}),
+        "spec.algorithm.clip: high must be >= low",
+    ),
+    ("group of one", with_spec(RUN, algorithm={"groupSize": 1}), "spec.algorithm.groupSize"),
+    ("unknown engine", with_spec(RUN, rollout={"engine": "vllm"}), "spec.rollout.engine"),
+    (
+        "zero learning rate",
+        with_spec(RUN, algorithm={"learningRate": 0}),
+        "spec.algorithm.learningRate",
+    ),
+    ("model without path", with_spec(RUN, model={"volume": "v"}), "spec.model.path"),
+    (
+        "too many local desktops",
+        with_spec(RUN, sandboxes={"local": {"replicas": 17}}),
+        "spec.sandboxes.local.replicas",
+    ),
+    (
+        "min ready zero",
+        with_spec(RUN, sandboxes={"poolRef": "p", "minReady": 0}),
+        "spec.sandboxes.minReady",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "manifest", "field"), BAD, ids=[b[0] for b in BAD])
+def test_api_server_refuses_bad_manifest_naming_the_field(cluster, crds, case, manifest, field):
+    proc = cluster.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        "default",
+        "-f",
+        "-",
+        input=yaml.safe_dump(manifest),
+        check=False,
+    )
+    assert proc.returncode != 0, f"{case}: accepted"
+    assert field in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("manifest", "patch", "message"),
+    [
+        (POOL, {"spec": {"backend": "external"}}, "spec.backend is immutable"),
+        (RUN, {"spec": {"sandboxes": {"poolRef": "other"}}}, "spec.sandboxes.poolRef is immutable"),
+    ],
+)
+def test_immutable_fields_refuse_changes(cluster, crds, namespace, manifest, patch, message):
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    kind = manifest["kind"].lower()
+    proc = cluster.kubectl(
+        "patch",
+        kind,
+        manifest["metadata"]["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps(patch),
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
+def test_defaults_fill_a_minimal_training_run(cluster, crds, namespace):
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(RUN))
+    got = json.loads(
+        cluster.kubectl("get", "trainingrun", "r", "-n", namespace, "-o", "json").stdout
+    )
+    spec = got["spec"]
+    assert spec["algorithm"]["groupSize"] == 8
+    assert spec["algorithm"]["clip"] == {"low": 0.2, "high": 0.28}
+    assert spec["rollout"]["engine"] == "hf"
+    assert spec["rollout"]["maxPixels"] == 1003520
+    assert spec["sandboxes"]["minReady"] == 1
+    assert spec["checkpoint"]["path"] == "/ckpt"
+    assert spec["backoffLimit"] == 3
+    assert spec["suspend"] is False
+
+
+def test_scale_subresource_short_names_and_category(cluster, crds, namespace):
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(POOL))
+    cluster.kubectl("scale", "sbp/p", "-n", namespace, "--replicas=4")
+    got = json.loads(cluster.kubectl("get", "spool", "p", "-n", namespace, "-o", "json").stdout)
+    assert got["spec"]["replicas"] == 4
+    assert got["spec"]["desktop"]["screen"] == {"width": 1920, "height": 1080}
+    listed = cluster.kubectl("get", "kubecua", "-n", namespace).stdout
+    assert "sandboxpool.kubecua.dev/p" in listed
+    header = cluster.kubectl("get", "sbp", "-n", namespace).stdout.splitlines()[0].split()
+    assert header == ["NAME", "BACKEND", "DESIRED", "CURRENT", "READY", "LEASED", "AGE"]
+
+
+def test_kubectl_explain_reads_the_field_descriptions(cluster, crds):
+    out = cluster.kubectl("explain", "sandboxpools.spec.warmSpares").stdout
+    assert "Idle sandboxes kept beyond the leased ones" in out
+    out = cluster.kubectl("explain", "trainingruns.spec.algorithm.clip.high").stdout
+    assert "Upper clip" in out

@@ -1,0 +1,121 @@
+"""Golden checks of the objects a pool creates: labels, ports, probes, security, discovery."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from kubecua_operator import names
+from kubecua_operator.sandboxpool import children
+from kubecua_operator.sandboxpool.backends import external, kubevirt, pod
+from kubecua_operator.settings import Settings
+
+POOL = {
+    "apiVersion": "kubecua.dev/v1alpha1",
+    "kind": "SandboxPool",
+    "metadata": {"name": "desks", "namespace": "ns1", "uid": "u-1", "generation": 1},
+    "spec": {
+        "replicas": 2,
+        "backend": "pod",
+        "desktop": {"os": "Ubuntu", "screen": {"width": 1280, "height": 720}},
+        "reset": {"verify": True},
+    },
+}
+
+
+def test_sandbox_pod_is_labelled_probed_and_locked_down():
+    p = pod.build_pod(POOL, 3, Settings())
+    assert p["metadata"]["name"] == "desks-3"
+    labels = p["metadata"]["labels"]
+    assert labels[names.POOL_LABEL] == "desks"
+    assert labels[names.SANDBOX_LABEL] == "desks-3"
+    c = p["spec"]["containers"][0]
+    assert c["image"] == "kubecua/sandbox:dev"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
+    assert {x["containerPort"] for x in c["ports"]} == {8000, 5000, 9222, 8080}
+    assert c["securityContext"]["runAsNonRoot"]
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["KUBECUA_SCREEN_WIDTH"] == "1280"
+    assert env["KUBECUA_SANDBOX_TOKEN_FILE"] == "/var/run/kubecua/sandbox-token/token"
+    assert p["spec"]["volumes"][0]["secret"]["secretName"] == "desks-sandbox-token"
+    assert p["spec"]["restartPolicy"] == "Never"
+    assert p["spec"]["automountServiceAccountToken"] is False
+
+
+def test_sandbox_service_exposes_the_four_ports():
+    svc = children.build_sandbox_service("desks", "ns1", "desks-0", selector=True)
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {
+        "episodes": 8000,
+        "desktop": 5000,
+        "cdp": 9222,
+        "vlc": 8080,
+    }
+    assert svc["spec"]["selector"][names.SANDBOX_LABEL] == "desks-0"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert "selector" not in children.build_sandbox_service("d", "n", "d-0", selector=False)["spec"]
+
+
+def test_network_policy_admits_only_clients_and_denies_egress_by_default():
+    np = children.build_network_policy("desks", "ns1", [])
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["egress"] == []
+    assert spec["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {
+        "kubecua.dev/client-of-desks": "true"
+    }
+
+
+def test_token_secret_is_random_and_long():
+    a, b = (children.build_token_secret("desks", "ns1") for _ in range(2))
+    tok = base64.b64decode(a["data"]["token"])
+    assert len(tok) >= 40
+    assert a["data"] != b["data"]
+    assert a["metadata"]["name"] == "desks-sandbox-token"
+
+
+@pytest.mark.parametrize(
+    ("url", "kind", "address", "port"),
+    [
+        ("http://10.1.2.3:8000", "IPv4", "10.1.2.3", 8000),
+        ("http://127.0.0.1:4321/", "FQDN", "localhost.invalid", 4321),
+        ("http://desk.example", "FQDN", "desk.example", 80),
+    ],
+)
+def test_external_url_becomes_an_endpointslice_address(url, kind, address, port):
+    pool = {**POOL, "spec": {**POOL["spec"], "desktop": {"external": {"endpoints": [url]}}}}
+    s = external.build_slice(pool, 0, ready=True)
+    assert s["addressType"] == kind
+    assert s["endpoints"][0]["addresses"] == [address]
+    assert s["ports"] == [{"name": "episodes", "port": port, "protocol": "TCP"}]
+    assert s["metadata"]["labels"]["kubernetes.io/service-name"] == "desks-0"
+    assert s["endpoints"][0]["conditions"] == {"ready": True}
+    assert s["metadata"]["annotations"]["kubecua.dev/url"] == url
+
+
+def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
+    spec = {
+        **POOL["spec"],
+        "backend": "kubevirt",
+        "desktop": {
+            "os": "Windows",
+            "kubevirt": {"containerDisk": "reg/osworld-win:1", "cpu": 2, "memory": "4Gi"},
+        },
+    }
+    pool = {**POOL, "spec": spec}
+    vm, desktop_svc, episode = kubevirt.KubevirtBackend().build(pool, 0, Settings())
+    tmpl = vm["spec"]["template"]["spec"]
+    assert vm["apiVersion"] == "kubevirt.io/v1"
+    assert vm["spec"]["runStrategy"] == "Always"
+    assert tmpl["volumes"][0]["containerDisk"]["image"] == "reg/osworld-win:1"
+    assert tmpl["readinessProbe"]["httpGet"] == {"path": "/platform", "port": 5000}
+    assert tmpl["domain"]["cpu"]["cores"] == 2
+    assert tmpl["domain"]["memory"]["guest"] == "4Gi"
+    assert desktop_svc["spec"]["selector"] == {
+        names.SANDBOX_LABEL: "desks-0",
+        names.ROLE_LABEL: "vm",
+    }
+    env = {e["name"]: e["value"] for e in episode["spec"]["containers"][0]["env"]}
+    assert env["KUBECUA_DESKTOP_URL"] == "http://desks-0-desktop.ns1.svc:5000"
+    assert env["KUBECUA_DESKTOP_OS"] == "Windows"

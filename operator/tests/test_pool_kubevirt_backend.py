@@ -1,0 +1,74 @@
+"""KubeVirt backend against KubeVirt's CRDs (kept as test data in data/kubevirt-crds.yaml).
+
+No virt-controller runs here, so the test plays its part: it writes VirtualMachine status as
+KubeVirt would once the guest's desktop server answers its readiness probe.
+"""
+
+from __future__ import annotations
+
+from .conftest import wait_until
+from .helpers import pool_status, sandbox_pods
+
+
+def kubevirt_pool(namespace: str, replicas: int) -> dict:
+    return {
+        "apiVersion": "kubecua.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": "vms", "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "backend": "kubevirt",
+            "desktop": {
+                "os": "Ubuntu",
+                "kubevirt": {"containerDisk": "registry.example/osworld-ubuntu:1", "cpu": 2},
+            },
+        },
+    }
+
+
+def test_vm_sandboxes_become_ready_when_vm_and_episode_server_are(kube, operator, namespace):
+    kube.create(kubevirt_pool(namespace, 2))
+    vms = wait_until(
+        lambda: len(v := kube.list("VirtualMachine", namespace, "kubecua.dev/pool=vms")) == 2 and v,
+        60,
+        "2 VirtualMachines",
+    )
+    vm = next(v for v in vms if v["metadata"]["name"] == "vms-0")
+    tmpl = vm["spec"]["template"]["spec"]
+    assert vm["spec"]["runStrategy"] == "Always"
+    assert tmpl["volumes"][0]["containerDisk"]["image"] == "registry.example/osworld-ubuntu:1"
+    assert tmpl["readinessProbe"]["httpGet"]["port"] == 5000
+    assert vm["metadata"]["labels"]["kubecua.dev/sandbox"] == "vms-0"
+    assert (
+        kube.get("Service", namespace, "vms-0-desktop")["spec"]["selector"]["kubecua.dev/role"]
+        == "vm"
+    )
+    wait_until(lambda: len(sandbox_pods(kube, namespace, "vms")) == 2, 60, "episode-server pods")
+    # Episode-server pods are Ready on kwok, but the VMs are not: no sandbox is ready yet.
+    assert pool_status(kube, namespace, "vms").get("readyReplicas", 0) == 0
+
+    for name in ("vms-0", "vms-1"):  # virt-controller's part: the guest answered /platform
+        kube.patch(
+            "VirtualMachine",
+            namespace,
+            name,
+            {"status": {"ready": True, "printableStatus": "Running"}},
+            sub="status",
+        )
+    wait_until(lambda: pool_status(kube, namespace, "vms").get("readyReplicas") == 2, 60)
+
+    kube.patch(
+        "VirtualMachine",
+        namespace,
+        "vms-1",
+        {"status": {"ready": False, "printableStatus": "CrashLoopBackOff"}},
+        sub="status",
+    )
+    old_uid = kube.get("VirtualMachine", namespace, "vms-1")["metadata"]["uid"]
+
+    def replaced() -> bool:
+        now = kube.get("VirtualMachine", namespace, "vms-1")
+        return bool(now and now["metadata"]["uid"] != old_uid)
+
+    wait_until(replaced, 60, "the crashed VM replaced")
+    assert kube.get("Pod", namespace, "vms-1") is not None  # its episode server comes back too

@@ -1,0 +1,95 @@
+"""The pool's decisions, table by table: scaling, churn guard, scale-in order, recycling."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Probe, Sandbox
+from kubecua_operator.sandboxpool.plan import free_indexes, make_plan, scale_in_order
+
+
+def boxes(*states: str, unschedulable: bool = False) -> list[Sandbox]:
+    return [
+        Sandbox(f"p-{i}", i, s, uid=f"u{i}", unschedulable=unschedulable and s == PENDING)
+        for i, s in enumerate(states)
+    ]
+
+
+def plan(spec: dict, sandboxes: list[Sandbox], probes: dict | None = None, **kw):
+    kw.setdefault("replace_allowed", True)
+    kw.setdefault("burst", 32)
+    return make_plan(spec, sandboxes, probes or {}, **kw)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "states", "creates"),
+    [
+        (3, [], [0, 1, 2]),
+        (3, [READY], [1, 2]),
+        (3, [READY, READY, READY], []),
+        (2, [TERMINATING], [1, 2]),  # a terminating name is not reused until it is gone
+    ],
+)
+def test_pool_creates_the_missing_sandboxes_at_free_indexes(replicas, states, creates):
+    assert plan({"replicas": replicas}, boxes(*states)).create == creates
+
+
+def test_burst_caps_unready_sandboxes_then_grows_with_ready_ones():
+    assert len(plan({"replicas": 1000}, []).create) == 32
+    assert len(plan({"replicas": 1000}, boxes(*[PENDING] * 32)).create) == 0
+    # 100 ready sandboxes allow 100 unready at once: 100 - 10 pending = 90 more
+    assert len(plan({"replicas": 1000}, boxes(*[READY] * 100, *[PENDING] * 10)).create) == 90
+
+
+def test_unschedulable_pool_holds_instead_of_creating_more():
+    step = plan({"replicas": 50}, boxes(PENDING, PENDING, unschedulable=True))
+    assert step.create == []
+    assert step.limited == "Unschedulable"
+
+
+def test_failed_sandbox_is_replaced_only_after_backoff():
+    held = plan({"replicas": 2}, boxes(READY, FAILED), replace_allowed=False)
+    assert held.delete == []
+    assert held.create == []
+    assert held.limited == "ReplacementBackoff"
+    step = plan({"replicas": 2}, boxes(READY, FAILED))
+    assert [(s.name, r) for s, r in step.delete] == [("p-1", "Failed")]
+    assert step.create == []  # the successor reuses index 1 once the failed pod is gone
+
+
+def test_scale_in_removes_idle_before_leased():
+    sandboxes = boxes(READY, READY, READY, READY)
+    probes = {"p-2": Probe(True, True), "p-3": Probe(True, True)}
+    step = plan({"replicas": 2}, sandboxes, probes)
+    assert sorted(s.name for s, _ in step.delete) == ["p-0", "p-1"]
+    assert step.leased == 2
+
+
+def test_scale_in_order_prefers_failed_then_pending_then_idle_high_index_first():
+    order = scale_in_order(boxes(READY, PENDING, FAILED, READY), leased={"p-0"})
+    assert [s.name for s in order] == ["p-2", "p-1", "p-3", "p-0"]
+
+
+def test_warm_spares_grow_the_pool_while_sandboxes_are_leased():
+    spec = {"replicas": 2, "warmSpares": 2}
+    probes = {"p-0": Probe(True, True), "p-1": Probe(True, True)}
+    step = plan(spec, boxes(READY, READY), probes)
+    assert step.target == 4
+    assert step.create == [2, 3]
+
+
+def test_sandbox_is_recycled_after_max_episodes_but_never_while_leased():
+    spec = {"replicas": 2, "reset": {"maxEpisodesPerSandbox": 5}}
+    probes = {"p-0": Probe(True, False, 5), "p-1": Probe(True, True, 9)}
+    step = plan(spec, boxes(READY, READY), probes)
+    assert [(s.name, r) for s, r in step.delete] == [("p-0", "Recycled")]
+
+
+def test_external_pool_target_is_capped_by_its_endpoints():
+    step = plan({"replicas": 5, "warmSpares": 3}, [], cap=2)
+    assert step.target == 2
+    assert step.create == [0, 1]
+
+
+def test_free_indexes_fill_holes_first():
+    assert free_indexes({0, 2, 3}, 3) == [1, 4, 5]

@@ -1,0 +1,73 @@
+"""Status is computed whole: pool conditions and TrainingRun phases."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubecua_operator import conditions as c
+from kubecua_operator.sandboxpool.model import FAILED, READY, Sandbox
+from kubecua_operator.sandboxpool.plan import Plan
+from kubecua_operator.sandboxpool.status import compute_status
+from kubecua_operator.trainingrun.status import JobView, Observed, compute_phase, compute_run_status
+
+POOL = {"metadata": {"name": "p", "generation": 4}, "spec": {"replicas": 3}}
+RUN_SPEC = {"sandboxes": {"poolRef": "p", "minReady": 2}, "trainer": {"nodes": 1}}
+
+
+def test_pool_status_counts_and_conditions():
+    sandboxes = [Sandbox("p-0", 0, READY), Sandbox("p-1", 1, READY), Sandbox("p-2", 2, FAILED)]
+    st = compute_status(POOL, sandboxes, Plan(target=3, leased=1, limited="ReplacementBackoff"))
+    assert (st["replicas"], st["readyReplicas"], st["leasedReplicas"]) == (3, 2, 1)
+    assert st["selector"] == "kubecua.dev/pool=p,app.kubernetes.io/component=sandbox"
+    assert st["observedGeneration"] == 4
+    conds = {x["type"]: (x["status"], x["reason"]) for x in st["conditions"]}
+    assert conds == {
+        "Ready": ("False", "NotEnoughReady"),
+        "Progressing": ("True", "Scaling"),
+        "Degraded": ("True", "SandboxesFailed"),
+        "ScalingLimited": ("True", "ReplacementBackoff"),
+    }
+
+
+def test_pool_is_ready_and_stable_when_all_sandboxes_are_ready():
+    sandboxes = [Sandbox(f"p-{i}", i, READY) for i in range(3)]
+    st = compute_status(POOL, sandboxes, Plan(target=3))
+    assert c.is_true(st["conditions"], "Ready")
+    assert not c.is_true(st["conditions"], "Progressing")
+
+
+@pytest.mark.parametrize(
+    ("spec", "job", "phase"),
+    [
+        ({}, None, "Pending"),
+        ({}, JobView("j", active=0), "Pending"),
+        ({}, JobView("j", active=1), "Running"),
+        ({"suspend": True}, JobView("j", suspend=True), "Suspended"),
+        ({}, JobView("j", complete=True), "Succeeded"),
+        ({"suspend": True}, JobView("j", failed=4, failed_reason="BackoffLimitExceeded"), "Failed"),
+    ],
+)
+def test_run_phase_table(spec, job, phase):
+    assert compute_phase({**RUN_SPEC, **spec}, Observed(job, 2))[0] == phase
+
+
+def test_run_waits_for_min_ready_sandboxes_with_a_named_condition():
+    run = {"metadata": {"generation": 1}, "spec": RUN_SPEC}
+    st = compute_run_status(run, Observed(None, 1), "T0")
+    sand = c.find(st["conditions"], "SandboxesReady")
+    assert st["phase"] == "Pending"
+    assert sand["status"] == "False"
+    assert sand["reason"] == "WaitingForSandboxes"
+    assert sand["message"] == "1/2 sandboxes ready"
+
+
+def test_failed_run_shows_the_reason_and_completion_time():
+    run = {"metadata": {"generation": 1}, "spec": RUN_SPEC, "status": {"startTime": "T0"}}
+    job = JobView("j", failed=4, failed_reason="BackoffLimitExceeded", failed_message="too many")
+    st = compute_run_status(run, Observed(job, 2), "T9")
+    failed = c.find(st["conditions"], "Failed")
+    assert st["phase"] == "Failed"
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert st["restarts"] == 4
+    assert st["startTime"] == "T0"
+    assert st["completionTime"] == "T9"
