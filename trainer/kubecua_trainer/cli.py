@@ -4,8 +4,9 @@
     python -m kubecua_trainer run --trainingrun NAME --namespace NS     the live object (in a pod)
     python -m kubecua_trainer validate FILE                             check a manifest, print it
 
-In a pod the operator sets KUBECUA_TRAININGRUN and KUBECUA_NAMESPACE instead of the flags; the
-run then patches its TrainingRun's status and serves metrics on all interfaces.
+In a pod the operator runs `run /etc/kubecua/trainingrun.yaml` (its ConfigMap) and sets
+KUBECUA_TRAININGRUN_NAME and KUBECUA_TRAININGRUN_NAMESPACE; whenever a TrainingRun is named, the
+run patches that object's status and serves metrics on all interfaces.
 Exit codes: 0 done, 2 invalid configuration, 1 any other failure.
 """
 
@@ -28,8 +29,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a TrainingRun")
     run.add_argument("manifest", nargs="?", help="TrainingRun YAML file")
-    run.add_argument("--trainingrun", default=os.environ.get("KUBECUA_TRAININGRUN"))
-    run.add_argument("--namespace", default=os.environ.get("KUBECUA_NAMESPACE"))
+    run.add_argument("--trainingrun", default=os.environ.get("KUBECUA_TRAININGRUN_NAME"))
+    run.add_argument("--namespace", default=os.environ.get("KUBECUA_TRAININGRUN_NAMESPACE"))
     run.add_argument("--steps", type=int, help="override spec.steps")
     run.add_argument("--output-dir", help="override spec.outputDir")
     run.add_argument("--metrics-port", type=int, help="override spec.metrics.port (0: off)")
@@ -43,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
 def load_run(args: argparse.Namespace) -> TrainingRun:
     if args.manifest:
         run = load_manifest(args.manifest)
+        if getattr(args, "trainingrun", None):  # the operator's copy of a live object
+            run.metadata["name"] = args.trainingrun
+            run.metadata["namespace"] = args.namespace or run.namespace
     elif args.trainingrun and args.namespace:
         run = load_from_cluster(args.trainingrun, args.namespace)
     else:
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from kubecua_trainer.train import RunOptions, train  # torch import only when running
 
-    in_cluster = not args.manifest
+    in_cluster = bool(getattr(args, "trainingrun", None))
     opts = RunOptions(
         console=not args.no_progress,
         metrics_addr=args.metrics_addr or ("0.0.0.0" if in_cluster else "127.0.0.1"),

@@ -19,8 +19,19 @@ EPISODE_PORT_NAME = "episodes"
 EPISODE_PORT = 8000
 
 
+URL_ANNOTATION = "kubecua.dev/url"
+
+
 def slice_urls(endpoint_slice: Any) -> set[str]:
-    """Ready episode URLs of one discovery.k8s.io/v1 EndpointSlice (client model object)."""
+    """Ready episode URLs of one discovery.k8s.io/v1 EndpointSlice (client model object).
+
+    An external pool's slice names its sandbox's URL in the annotation kubecua.dev/url: the API
+    server refuses loopback addresses in slices, so the address itself may be a placeholder."""
+    annotated = (endpoint_slice.metadata.annotations or {}).get(URL_ANNOTATION)
+    if annotated:
+        endpoints = endpoint_slice.endpoints or []
+        ready = any(ep.conditions is None or ep.conditions.ready is not False for ep in endpoints)
+        return {annotated.rstrip("/")} if ready else set()
     ports = endpoint_slice.ports or []
     port = next((p.port for p in ports if p.name == EPISODE_PORT_NAME), None)
     port = port or (ports[0].port if len(ports) == 1 and ports[0].port else EPISODE_PORT)
