@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny Qwen2.5-VL / Qwen3-VL directories built once per test session."""
+"""Shared fixtures: tiny Qwen2.5-VL / Qwen3-VL directories built once per test session, and the
+real local control plane (`cluster`, `namespace`) from kubecua_testkit, one per session."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.testing.tiny_models import build_tiny_model
+
+pytest_plugins = ["kubecua_testkit.fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -12,5 +12,21 @@ test-trainer: trainer-env sandbox-env setup-go
 $(TINY_MODEL)/config.json: trainer/kubecua_trainer/testing/tiny_models.py | trainer-env
 	trainer/.venv/bin/python -m kubecua_trainer.testing.tiny_models $(TINY_MODEL) --family qwen2_5_vl
 
+# The demo warm-starts the tiny model on its tasks' solutions first (a demo crutch, cached by a
+# hash of its inputs; see testing/warm_start.py), so that GRPO has mixed rewards to learn from.
+# Each demo starts afresh: a run would otherwise resume from the last demo's checkpoints.
+DEMO_MANIFEST := examples/trainingrun-local.yaml
+DEMO_OUT := out/demo
+
 demo: setup-apt trainer-env sandbox-env $(TINY_MODEL)/config.json ## the main job: a TrainingRun locally (tiny model, CPU, 2 Xvfb desktops); metrics on 127.0.0.1:9400
-	trainer/.venv/bin/python -m kubecua_trainer run examples/trainingrun-local.yaml
+	trainer/.venv/bin/python -m kubecua_trainer.testing.warm_start $(TINY_MODEL) $(DEMO_MANIFEST) --cache $(KUBECUA_CACHE)/models
+	rm -rf $(DEMO_OUT)
+	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
+
+# Learner speed and memory beside naive transformers (kubecua_trainer/perf/bench.py). Meant for the
+# GPU machine, which has torch but no uv venv, so python3 runs it there; with the trainer's venv
+# and no GPU it runs a toy-width smoke version and says so in its JSON.
+BENCH_TRAINER_PY ?= $(if $(wildcard trainer/.venv/bin/python),$(CURDIR)/trainer/.venv/bin/python,python3)
+.PHONY: bench-trainer
+bench-trainer: ## learner tokens/s, TFLOP/s, peak GiB vs naive transformers (GPU; CPU: toy smoke)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.bench $(BENCH_ARGS)

@@ -8,6 +8,7 @@ only when a value changed, and a failed patch is logged, never fatal: training g
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +23,8 @@ def load_kube_config() -> None:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        # $KUBECONFIG is read now: the client's own default froze it at import time.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
 
 
 def custom_objects_api(api_client: Any = None) -> Any:

@@ -153,7 +153,8 @@ def test_example_manifest_is_valid_local_run(monkeypatch) -> None:
     assert run.name == "demo-local"
     assert run.spec.sandboxes.local is not None
     assert run.spec.sandboxes.local.replicas == 2
-    assert run.spec.model.path == "/cache/models/tiny-qwen2_5_vl"
+    assert run.spec.model.path == "/cache/models/tiny-qwen2_5_vl-demo"  # the warm-started link
+    assert run.spec.tasks.ids == ["infeasible-cloud-upload", "gedit-greeting"]
     assert run.spec.tasks.path is not None
     assert run.spec.tasks.path.endswith("sandbox-image/tasks")
 

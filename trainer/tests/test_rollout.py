@@ -117,7 +117,8 @@ async def test_infrastructure_failures_are_excluded_and_counted(policy) -> None:
     assert all(e.excluded and e.reward is None and e.samples == [] for e in episodes)
     assert groups[0].scored == []
     lost = next(e for e in episodes if e.outcome == "sandbox_lost")
-    assert "Unreachable" in lost.detail or "ConnectError" in lost.detail
+    # The dying sandbox drops the connection: refused, or cut while the answer is read (a race).
+    assert any(m in lost.detail for m in ("Unreachable", "ConnectError", "ReadError")), lost.detail
     assert ro.leases.counts()["cooling"] == 3  # all three sandboxes cool off
 
 

@@ -1,7 +1,7 @@
 """Against the real local control plane: the status patch of a TrainingRun, and the pool source
 that watches a SandboxPool's EndpointSlices by label with live readiness.
 
-One module so one cluster serves both (the fixture is session-scoped per definition)."""
+The `cluster` and `namespace` fixtures come from kubecua_testkit (conftest.py registers it)."""
 
 from __future__ import annotations
 
@@ -11,29 +11,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from control_plane import require_control_plane
 from kubernetes import client
 
-from kubecua_testkit.tools import cache_dir
 from kubecua_trainer.config import load_from_cluster
 from kubecua_trainer.sources.kube import PoolSource
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.status import GROUP, PLURAL, VERSION, StatusPatcher, build_status
 
-_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-_MISSING = [b for b in (*_BINARIES, "kubectl") if not (cache_dir() / "bin" / b).exists()]
-if _MISSING:
-    pytest.skip(
-        f"control plane not built ({', '.join(_MISSING)} missing): run `make setup-go`",
-        allow_module_level=True,
-    )
-
-from kubecua_testkit.fixtures import cluster, namespace  # noqa: E402, F401
+require_control_plane()
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "kubecua.dev_trainingruns.yaml"
 
 
 @pytest.fixture(scope="module")
-def api(cluster):  # noqa: F811
+def api(cluster):
     api_client = cluster.api_client()
     ext = client.ApiextensionsV1Api(api_client)
     body = yaml.safe_load(CRD.read_text())
@@ -66,7 +58,7 @@ def training_run(name: str) -> dict:
     }
 
 
-def test_status_patch_writes_trainer_fields_and_skips_unchanged(api, namespace) -> None:  # noqa: F811
+def test_status_patch_writes_trainer_fields_and_skips_unchanged(api, namespace) -> None:
     custom = client.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, training_run("r1"))
     run = load_from_cluster("r1", namespace, api=custom)
@@ -90,7 +82,7 @@ def test_status_patch_writes_trainer_fields_and_skips_unchanged(api, namespace) 
     assert got["lastCheckpoint"]["step"] == 2
 
 
-def test_status_patch_failure_is_not_fatal(api, namespace) -> None:  # noqa: F811
+def test_status_patch_failure_is_not_fatal(api, namespace) -> None:
     patcher = StatusPatcher("missing", namespace, api=client.CustomObjectsApi(api))
     assert patcher.patch(build_status(1, 5, 0.0, 0.0, None)) is False
 
@@ -117,7 +109,7 @@ async def _until(cond, within: float = 20.0) -> None:
 
 
 @pytest.mark.asyncio
-async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> None:  # noqa: F811
+async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> None:
     disc = client.DiscoveryV1Api(api)
     disc.create_namespaced_endpoint_slice(
         namespace, endpoint_slice("sb-0", "desktops", {"10.0.0.1": True})

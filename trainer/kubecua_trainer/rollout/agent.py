@@ -83,6 +83,27 @@ def system_prompt(width: int, height: int) -> str:
     return SYSTEM_PROMPT.format(width=width, height=height)
 
 
+def first_user_text(instruction: str) -> str:
+    """The first user turn's text; the screenshot follows it."""
+    return f"Task: {instruction}\nThe current screen:"
+
+
+def next_user_text(turn_no: int) -> str:
+    """The text of user turn `turn_no` (1-based, so >= 2), before the new screenshot."""
+    return f"Turn {turn_no}. The screen after your action:"
+
+
+def reply_text(wire_action: str) -> str:
+    """The reply that carries a wire action (the inverse of parse_action(...).wire).
+
+    >>> reply_text("DONE"), reply_text("pyautogui.press('enter')")
+    ('DONE', "```python\\npyautogui.press('enter')\\n```")
+    """
+    if wire_action in ("DONE", "FAIL", "WAIT"):
+        return wire_action
+    return f"```python\n{wire_action}\n```"
+
+
 def parse_action(text: str) -> Action:
     """Parse one model reply into an Action or raise ParseError with feedback.
 

@@ -26,7 +26,14 @@ from kubecua_sandbox_client import (
 from kubecua_trainer.config import AlgorithmConfig, RolloutConfig
 from kubecua_trainer.engines.base import Engine, SamplingParams
 from kubecua_trainer.model import Policy
-from kubecua_trainer.rollout.agent import ParseError, parse_action, scale_coordinates, system_prompt
+from kubecua_trainer.rollout.agent import (
+    ParseError,
+    first_user_text,
+    next_user_text,
+    parse_action,
+    scale_coordinates,
+    system_prompt,
+)
 from kubecua_trainer.rollout.context import CONTEXTS, EpisodeContext
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
 from kubecua_trainer.rollout.screens import Screen, decode_screen
@@ -130,7 +137,7 @@ async def _play_turns(
 ) -> None:
     screen = await asyncio.to_thread(decode_screen, screenshot, ro.fit)
     ctx = ro.new_context(screen)
-    user: tuple[str, Screen | None] = (f"Task: {result.instruction}\nThe current screen:", screen)
+    user: tuple[str, Screen | None] = (first_user_text(result.instruction), screen)
     sampling = ro.sampling()
     for turn_no in range(ro.algorithm.max_turns):
         text, shown = user
@@ -158,7 +165,7 @@ async def _play_turns(
             break
         if next_screen is not None:
             screen = next_screen
-            user = (f"Turn {turn_no + 2}. The screen after your action:", screen)
+            user = (next_user_text(turn_no + 2), screen)
         else:
             user = (turn.feedback or "", None)
     result.final_screenshot = screen.image

@@ -42,14 +42,22 @@ def _from_path(path: Path) -> list[dict]:
 
 
 def _from_config_map(name: str, namespace: str, api: Any) -> list[dict]:
-    if api is None:
-        from kubernetes import client
+    """Every value of the ConfigMap is a task or a list of tasks (OSWorld JSON)."""
+    from kubernetes import client, config
 
-        from kubecua_trainer.status import load_kube_config
+    try:
+        if api is None:
+            from kubecua_trainer.status import load_kube_config
 
-        load_kube_config()
-        api = client.CoreV1Api()
-    cm = api.read_namespaced_config_map(name, namespace)
+            load_kube_config()
+            api = client.CoreV1Api()
+        cm = api.read_namespaced_config_map(name, namespace)
+    except config.ConfigException as err:
+        raise ConfigError(f"spec.tasks.configMapRef: no cluster access ({err})") from None
+    except client.ApiException as err:
+        raise ConfigError(
+            f"spec.tasks.configMapRef: configmap {namespace}/{name}: HTTP {err.status} {err.reason}"
+        ) from None
     tasks = []
     for key, value in sorted((cm.data or {}).items()):
         try:

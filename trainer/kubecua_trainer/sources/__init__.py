@@ -3,16 +3,20 @@
 - static: a fixed list of URLs, polled on /readyz;
 - local: N desktops started here with `kubecua-sandbox-local`, stopped on exit;
 - pool: a SandboxPool's EndpointSlices, watched by label in the cluster.
-`build_source(spec, ...)` picks one from the spec's `sandboxes` block.
+`build_source(spec, ...)` picks one from the spec's `sandboxes` block. Static and pool sources
+get their bearer token from `resolve_token` (tokenSecretRef, else the environment); local
+sandboxes make their own random token, so a tokenSecretRef does not apply to them.
 """
 
 from __future__ import annotations
 
+import base64
+import logging
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from kubecua_trainer.config import SandboxesConfig
+from kubecua_trainer.config import ConfigError, SandboxesConfig
 from kubecua_trainer.sources.leases import Lease, SandboxLeases
 
 
@@ -32,12 +36,53 @@ def token_from_env() -> str | None:
     return None
 
 
+log = logging.getLogger(__name__)
+
+
+def secret_token(name: str, namespace: str, api: Any = None) -> str:
+    """The `token` key of Secret namespace/name, read through the kubernetes client (in-cluster
+    service account or kubeconfig). Raises LookupError saying why it could not be read."""
+    from kubernetes import client, config
+
+    try:
+        if api is None:
+            from kubecua_trainer.status import load_kube_config
+
+            load_kube_config()
+            api = client.CoreV1Api()
+        secret = api.read_namespaced_secret(name, namespace)
+    except config.ConfigException as err:
+        raise LookupError(f"no cluster access ({err})") from None
+    except client.ApiException as err:
+        raise LookupError(f"secret {namespace}/{name}: HTTP {err.status} {err.reason}") from None
+    raw = (secret.data or {}).get("token")
+    if not raw:
+        raise LookupError(f"secret {namespace}/{name} has no key `token`")
+    return base64.b64decode(raw).decode().strip()
+
+
+def resolve_token(cfg: SandboxesConfig, namespace: str | None, api: Any = None) -> str | None:
+    """The sandbox bearer token: sandboxes.tokenSecretRef's Secret when it can be read, else
+    $KUBECUA_SANDBOX_TOKEN(_FILE) (e.g. the operator's mounted copy when the trainer may not read
+    Secrets). A tokenSecretRef with neither raises ConfigError; no ref and no env gives None."""
+    if cfg.token_secret_ref is None:
+        return token_from_env()
+    try:
+        return secret_token(cfg.token_secret_ref, namespace or "default", api)
+    except LookupError as err:
+        fallback = token_from_env()
+        if fallback is None:
+            raise ConfigError(f"spec.sandboxes.tokenSecretRef: {err}") from None
+        log.warning("sandbox token from the environment: tokenSecretRef unreadable: %s", err)
+        return fallback
+
+
 def build_source(cfg: SandboxesConfig, workdir: str, namespace: str | None) -> SandboxSource:
     # Imported here so a static run never imports the kubernetes client.
     if cfg.urls is not None:
         from kubecua_trainer.sources.static import StaticSource
 
-        return StaticSource(cfg.urls, token_from_env())
+        return StaticSource(cfg.urls, resolve_token(cfg, namespace))
     if cfg.local is not None:
         from kubecua_trainer.sources.local import LocalSource
 
@@ -45,7 +90,14 @@ def build_source(cfg: SandboxesConfig, workdir: str, namespace: str | None) -> S
     from kubecua_trainer.sources.kube import PoolSource
 
     assert cfg.pool_ref is not None  # the config allows exactly one of the three
-    return PoolSource(cfg.pool_ref, namespace or "default", token_from_env())
+    return PoolSource(cfg.pool_ref, namespace or "default", resolve_token(cfg, namespace))
 
 
-__all__ = ["Lease", "SandboxLeases", "SandboxSource", "build_source", "token_from_env"]
+__all__ = [
+    "Lease",
+    "SandboxLeases",
+    "SandboxSource",
+    "build_source",
+    "resolve_token",
+    "token_from_env",
+]

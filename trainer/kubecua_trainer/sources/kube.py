@@ -30,8 +30,8 @@ def slice_urls(endpoint_slice: Any) -> set[str]:
     annotated = (endpoint_slice.metadata.annotations or {}).get(URL_ANNOTATION)
     if annotated:
         endpoints = endpoint_slice.endpoints or []
-        ready = any(ep.conditions is None or ep.conditions.ready is not False for ep in endpoints)
-        return {annotated.rstrip("/")} if ready else set()
+        serving = any(ep.conditions is None or ep.conditions.ready is not False for ep in endpoints)
+        return {annotated.rstrip("/")} if serving else set()
     ports = endpoint_slice.ports or []
     port = next((p.port for p in ports if p.name == EPISODE_PORT_NAME), None)
     port = port or (ports[0].port if len(ports) == 1 and ports[0].port else EPISODE_PORT)
