@@ -31,12 +31,17 @@ class ObservationOptions(_Wire):
 
 class SettleOptions(_Wire):
     """Adaptive wait after an action: done when `stable_frames` consecutive screenshots match,
-    never before `min_seconds`, never after `max_seconds`."""
+    never before `min_seconds`, never after `max_seconds`. Two frames "match" when the box
+    around every changed pixel covers at most `ignore_area_pixels` (a blinking text cursor is
+    about 2x20 = 40 pixels); 0 asks for byte-identical frames."""
 
     min_seconds: float = Field(default=0.1, ge=0.0, le=10.0)
     max_seconds: float = Field(default=3.0, ge=0.0, le=30.0)
     stable_frames: int = Field(default=2, ge=1, le=20)
     interval_seconds: float = Field(default=0.05, ge=0.01, le=1.0)
+    ignore_area_pixels: int = Field(
+        default=400, ge=0, le=100_000, description="changes within a box this small are noise"
+    )
 
 
 class EpisodeCreate(_Wire):

@@ -46,6 +46,17 @@ async def _wait_for_desktop(sb: Sandbox) -> None:
             await asyncio.sleep(0.5)
 
 
+async def _release_idle_episodes(sb: Sandbox) -> None:
+    """Idle-timeout watchdog: checks a few times per timeout period (at least every 5 s)."""
+    period = min(5.0, max(0.1, sb.s.idle_timeout_s / 4))
+    while sb.s.idle_timeout_s > 0:
+        await asyncio.sleep(period)
+        try:
+            await sb.release_if_idle()
+        except Exception:  # the watchdog must outlive a failed reset (it shows as NotClean)
+            log.exception("idle release failed")
+
+
 def build_app(settings: Settings) -> FastAPI:
     if not settings.token:
         raise SystemExit("no token: set KUBECUA_SANDBOX_TOKEN or KUBECUA_SANDBOX_TOKEN_FILE")
@@ -55,9 +66,11 @@ def build_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_wait_for_desktop(sb))
+        tasks = [asyncio.create_task(_wait_for_desktop(sb)),
+                 asyncio.create_task(_release_idle_episodes(sb))]  # fmt: skip
         yield
-        task.cancel()
+        for task in tasks:
+            task.cancel()
 
     app = FastAPI(title="kubecua episode server", lifespan=lifespan)
     app.state.sandbox = sb

@@ -40,6 +40,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, required=True, help="home, pristine copy, logs")
     p.add_argument("--desktop-python", type=Path, default=DEFAULT_DESKTOP_PYTHON)
     p.add_argument("--ready-timeout", type=float, default=120.0)
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        help="release an episode after this many seconds without a call (0: never)",
+    )
     a = p.parse_args(argv)
     if not a.token_file.is_file() or not a.token_file.read_text().strip():
         p.error(f"--token-file {a.token_file} is missing or empty")
@@ -118,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             "KUBECUA_HOME": str(home), "KUBECUA_PRISTINE_HOME": str(pristine),
             "KUBECUA_CACHE_DIR": str(work / "cache"),
         }  # fmt: skip
+        if a.idle_timeout is not None:
+            episode_env["KUBECUA_IDLE_TIMEOUT_SECONDS"] = str(a.idle_timeout)
         episode_env.pop("DISPLAY", None)  # not on the desktop's display: resets would kill us
         cmd = [sys.executable, "-m", "kubecua_episode", "--port", str(a.episode_port)]
         with open(logs / "episode.log", "ab") as out:

@@ -37,7 +37,7 @@ class Metrics:
         )  # fmt: skip
         self.episodes = Counter(
             "kubecua_sandbox_episodes_total",
-            "Finished episodes by outcome (success, failure, unscored, setup_failed)",
+            "Finished episodes by outcome (success, failure, unscored, setup_failed, abandoned)",
             ["outcome"],
             registry=r,
         )

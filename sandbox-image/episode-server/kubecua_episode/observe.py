@@ -2,19 +2,20 @@
 
 Settling replaces OSWorld's fixed 2 s pause after every action: poll the screen until
 `stable_frames` consecutive screenshots are byte-identical to the one before them (the desktop's
-PNG encoder is deterministic), never before `min_seconds`, never past `max_seconds`."""
+PNG encoder is deterministic) or differ only inside a box of at most `ignore_area_pixels` (a
+blinking text cursor would otherwise keep every GUI step waiting for the cap), never before
+`min_seconds`, never past `max_seconds`."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from PIL import Image
+from PIL import Image, ImageChops
 
 from kubecua_sandbox_client import Observation, ObservationOptions, SettleOptions
 
@@ -27,13 +28,32 @@ class Settled:
     stable: bool  # False when max_seconds ran out first
 
 
+def changed_area(a: bytes, b: bytes) -> int:
+    """Pixels in the smallest box around every pixel that differs between two PNG frames
+    (0 when identical). A blinking 2x20 text cursor gives 40; a dialog opening, 10**5 or more.
+
+    >>> img = Image.new("RGB", (64, 64)); one = io.BytesIO(); img.save(one, "PNG")
+    >>> img.paste((255, 255, 255), (10, 10, 12, 30)); two = io.BytesIO(); img.save(two, "PNG")
+    >>> changed_area(one.getvalue(), one.getvalue()), changed_area(one.getvalue(), two.getvalue())
+    (0, 40)
+    """
+    if a == b:
+        return 0
+    ia, ib = Image.open(io.BytesIO(a)).convert("RGB"), Image.open(io.BytesIO(b)).convert("RGB")
+    if ia.size != ib.size:
+        return ia.width * ia.height
+    box = ImageChops.difference(ia, ib).getbbox()
+    return 0 if box is None else (box[2] - box[0]) * (box[3] - box[1])
+
+
 def settle(grab: Callable[[], bytes], opts: SettleOptions) -> Settled:
     """Grab frames until the screen stops changing. With stable_frames=2 and an unchanging
-    screen, 3 grabs suffice: frame 0, then two frames equal to their predecessor."""
+    screen, 3 grabs suffice: frame 0, then two frames equal to their predecessor. A frame
+    "equals" its predecessor when its changes fit in `ignore_area_pixels` (blinking cursors)."""
     start = time.monotonic()
     deadline = start + opts.max_seconds
     png = grab()
-    last, same, frames = hashlib.sha1(png).digest(), 0, 1
+    last, same, frames = png, 0, 1
     while True:
         now = time.monotonic()
         if same >= opts.stable_frames and now - start >= opts.min_seconds:
@@ -43,9 +63,9 @@ def settle(grab: Callable[[], bytes], opts: SettleOptions) -> Settled:
         time.sleep(min(opts.interval_seconds, max(0.0, deadline - now)))
         png = grab()
         frames += 1
-        digest = hashlib.sha1(png).digest()
-        same = same + 1 if digest == last else 0
-        last = digest
+        quiet = changed_area(last, png) <= opts.ignore_area_pixels
+        same = same + 1 if quiet else 0
+        last = png
 
 
 def fit_pixels(width: int, height: int, max_pixels: int | None) -> tuple[int, int]:

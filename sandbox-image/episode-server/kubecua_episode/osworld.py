@@ -65,6 +65,19 @@ class AttachedEnv:
         return cls(host, port, cdp, vlc, cache_dir, PythonController(host, port), setup)
 
 
+def run_setup(env: AttachedEnv, config: list[dict[str, Any]]) -> None:
+    """desktop-env's SetupController.setup (each step runs its `_<type>_setup` method; a failing
+    step raises), minus setup()'s connectivity probe: that GETs /terminal, which walks the whole
+    accessibility tree (19 s with LibreOffice open on the shared test machine). The episode
+    server has already seen the desktop answer."""
+    for i, step in enumerate(config):
+        fn = getattr(env.setup_controller, f"_{step['type']}_setup")
+        try:
+            fn(**(step.get("parameters") or {}))
+        except Exception as e:
+            raise RuntimeError(f"setup step {i + 1} ({step['type']}) failed: {e}") from e
+
+
 def _getter(kind: str) -> Callable[..., Any]:
     fn = getattr(getters, f"get_{kind}", None)
     if fn is None:
@@ -114,6 +127,36 @@ def map_home(value: Any, home: Any) -> Any:
     return value
 
 
+OSWORLD_CDP_PORT, OSWORLD_DEBUG_PORT = 9222, 1337
+
+
+def map_ports(value: Any, cdp_port: int, debug_port: int) -> Any:
+    """OSWorld tasks start Chrome with --remote-debugging-port=1337 and publish it with socat on
+    9222. Several local sandboxes share one host, so each gets its own CDP port and, per
+    episode, a free debugging port. Only those exact patterns are rewritten.
+
+    >>> map_ports(["socat", "tcp-listen:9222,fork", "tcp:localhost:1337"], 19222, 41000)
+    ['socat', 'tcp-listen:19222,fork', 'tcp:localhost:41000']
+    """
+    if cdp_port == OSWORLD_CDP_PORT:
+        return value
+    if isinstance(value, str):
+        for old, new in (
+            (f"tcp-listen:{OSWORLD_CDP_PORT}", f"tcp-listen:{cdp_port}"),
+            (f"localhost:{OSWORLD_CDP_PORT}", f"localhost:{cdp_port}"),
+            (f"127.0.0.1:{OSWORLD_CDP_PORT}", f"127.0.0.1:{cdp_port}"),
+            (f"localhost:{OSWORLD_DEBUG_PORT}", f"localhost:{debug_port}"),
+            (f"remote-debugging-port={OSWORLD_DEBUG_PORT}", f"remote-debugging-port={debug_port}"),
+        ):
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, list):
+        return [map_ports(v, cdp_port, debug_port) for v in value]
+    if isinstance(value, dict):
+        return {k: map_ports(v, cdp_port, debug_port) for k, v in value.items()}
+    return value
+
+
 def _as_list(x: Any, n: int) -> list[Any]:
     return list(x) if isinstance(x, list) else [x] * n
 
@@ -121,7 +164,7 @@ def _as_list(x: Any, n: int) -> list[Any]:
 def evaluate(env: AttachedEnv, task: dict[str, Any], last_action: Any) -> tuple[float, dict]:
     """desktop-env's DesktopEnv.evaluate semantics: postconfig, infeasible, and/or of metrics."""
     ev = task["evaluator"]
-    env.setup_controller.setup(ev.get("postconfig", []))
+    run_setup(env, ev.get("postconfig") or [])
     if ev["func"] == "infeasible":
         return (1.0 if last_action == "FAIL" else 0.0), {"metric": "infeasible"}
     if last_action == "FAIL":

@@ -43,13 +43,23 @@ def _is_service(proc: psutil.Process) -> bool:
 
 
 def display_processes(display: str) -> set[int]:
-    """Processes on the X display, the episode server and session services excepted."""
+    """Processes on the X display and all their descendants, the episode server and session
+    services excepted. Descendants count because Chromium rewrites its own environment block
+    (setproctitle), so its DISPLAY can no longer be read from /proc."""
     me = os.getpid()
-    return {
-        p.pid
-        for p in psutil.process_iter()
-        if p.pid != me and _on_display(p, display) and not _is_service(p)
-    }
+    procs = {p.pid: p for p in psutil.process_iter()}
+    found = {pid for pid, p in procs.items() if _on_display(p, display)}
+    children: dict[int, list[int]] = {}
+    for pid, p in procs.items():
+        with contextlib.suppress(psutil.Error):
+            children.setdefault(p.ppid(), []).append(pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {pid for pid in found if pid != me and not _is_service(procs[pid])}
 
 
 def kill_new_processes(display: str, baseline: set[int], timeout: float = 5.0) -> list[str]:

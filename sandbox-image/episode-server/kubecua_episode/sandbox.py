@@ -6,10 +6,13 @@ so the event loop keeps answering /healthz, /readyz and 409s while an episode wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import shutil
+import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +37,13 @@ log = logging.getLogger("kubecua.episode")
 T = TypeVar("T")
 
 
+def free_port() -> int:
+    """A free loopback port (for Chrome's per-episode debugging port on local sandboxes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class ApiError(Exception):
     """Becomes {"detail", "reason"} with `status` (see app.py)."""
 
@@ -51,6 +61,18 @@ class Episode:
     last_action: Any = None
     started: float = 0.0
     scored: bool = False
+    active: int = 1  # calls in progress (start counts); the idle watchdog never interrupts one
+    last_call: float = 0.0  # monotonic end of the latest call
+
+
+@contextlib.contextmanager
+def _calling(ep: Episode) -> Iterator[None]:
+    ep.active += 1
+    try:
+        yield
+    finally:
+        ep.active -= 1
+        ep.last_call = time.monotonic()
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any, limit: float, reason: str) -> T:
@@ -76,7 +98,11 @@ class Sandbox:
         self.started = False  # True once the baseline of a clean desktop is taken
 
     def take_baseline(self) -> None:
-        """Called once the desktop is up and pristine: what 'clean' looks like."""
+        """Called once the desktop is up and pristine: what 'clean' looks like. With no pristine
+        copy of the home yet (the image; the local launcher makes its own), take it now."""
+        home, pristine = self.s.home, self.s.pristine_home
+        if home and pristine and not pristine.exists():
+            shutil.copytree(home, pristine, symlinks=True)
         self.resetter.take_baseline()
         self.baseline_windows = set(self.desktop.window_ids())
         self.started = True
@@ -126,7 +152,9 @@ class Sandbox:
     async def start(self, req: EpisodeCreate) -> EpisodeStarted:
         if self.episode is not None or self.releasing:
             raise ApiError(409, "SandboxBusy", "this sandbox runs an episode; try another one")
-        req = req.model_copy(update={"task": osworld.map_home(req.task, self.s.home)})
+        task = osworld.map_home(req.task, self.s.home)
+        task = osworld.map_ports(task, self.s.cdp_port, free_port())
+        req = req.model_copy(update={"task": task})
         try:
             osworld.validate_task(req.task)
         except osworld.TaskError as e:
@@ -153,14 +181,12 @@ class Sandbox:
         self.metrics.setup_duration.observe(setup_s)
         obs = await self._observe(ep, with_settle=True)
         log.info("episode started", extra={"episode": ep.id, "task": req.task.get("id")})
+        ep.active, ep.last_call = 0, time.monotonic()
         return EpisodeStarted(episode_id=ep.id, instruction=req.task["instruction"],
                               observation=obs[0], setup_seconds=round(setup_s, 3))  # fmt: skip
 
     def _setup(self, task: dict[str, Any]) -> None:
-        if not task.get("config"):  # setup() would still probe the desktop's /terminal
-            return
-        if not self.env().setup_controller.setup(task["config"]):
-            raise DesktopError("desktop-env could not reach the desktop")
+        osworld.run_setup(self.env(), task.get("config") or [])
 
     async def _observe(self, ep: Episode, with_settle: bool) -> tuple[Any, float]:
         opts = ep.request.observation
@@ -184,6 +210,10 @@ class Sandbox:
 
     async def step(self, episode_id: str, req: StepRequest) -> StepResult:
         ep = self.get(episode_id)
+        with _calling(ep):
+            return await self._step(ep, req)
+
+    async def _step(self, ep: Episode, req: StepRequest) -> StepResult:
         if ep.done:
             raise ApiError(409, "EpisodeDone", "the episode has ended (DONE/FAIL); evaluate it")
         kind = actions.special(req.action)
@@ -218,6 +248,10 @@ class Sandbox:
 
     async def evaluate(self, episode_id: str) -> Evaluation:
         ep = self.get(episode_id)
+        with _calling(ep):
+            return await self._evaluate(ep)
+
+    async def _evaluate(self, ep: Episode) -> Evaluation:
         t0 = time.monotonic()
         try:
             score, details = await _in_thread(
@@ -237,6 +271,15 @@ class Sandbox:
         ep = self.get(episode_id)
         outcome = "completed" if ep.scored else "unscored"
         return await self._drop(ep, outcome)
+
+    async def release_if_idle(self) -> Released | None:
+        """The idle watchdog's check: an episode nobody has called for `idle_timeout_s` (its
+        trainer died or lost it) is released, so the sandbox does not stay busy forever."""
+        ep, limit = self.episode, self.s.idle_timeout_s
+        if ep is None or ep.active or limit <= 0 or time.monotonic() - ep.last_call < limit:
+            return None
+        log.warning("releasing idle episode", extra={"episode": ep.id, "idle_seconds": limit})
+        return await self._drop(ep, "abandoned")
 
     async def _drop(self, ep: Episode, outcome: str) -> Released:
         """End the episode, reset the desktop and verify it. Busy until verified."""

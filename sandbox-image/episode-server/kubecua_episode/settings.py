@@ -36,6 +36,9 @@ class Settings:
     step_timeout_s: float = 120.0
     evaluate_timeout_s: float = 180.0
     reset_timeout_s: float = 60.0
+    # An episode with no call for this long is released (0: never). A trainer that died
+    # mid-episode would otherwise leave the sandbox busy (409) for good.
+    idle_timeout_s: float = 600.0
     screen_width: int = 1920
     screen_height: int = 1080
     client_password: str = "password"  # OSWorld convention: user `user`, password `password`
@@ -62,4 +65,5 @@ class Settings:
             pristine_home=path("KUBECUA_PRISTINE_HOME"),
             cache_dir=path("KUBECUA_CACHE_DIR") or Path("/tmp/kubecua-episode-cache"),
             max_body_bytes=int(e.get("KUBECUA_MAX_BODY_BYTES", str(4 * MiB))),
+            idle_timeout_s=float(e.get("KUBECUA_IDLE_TIMEOUT_SECONDS", "600")),
         )

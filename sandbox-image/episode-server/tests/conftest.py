@@ -20,6 +20,8 @@ import pytest
 from kubecua_episode.local import DEFAULT_DESKTOP_PYTHON
 
 TOKEN = "test-token-" + os.urandom(4).hex()
+# Short enough for the watchdog test, long beyond any gap between one test's calls.
+IDLE_TIMEOUT_S = 8.0
 
 
 def free_port() -> int:
@@ -77,6 +79,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
         "--episode-port", str(port), "--desktop-port", str(desktop_port),
         "--cdp-port", str(free_port()), "--vlc-port", str(free_port()),
         "--token-file", str(token_file), "--workdir", str(work),
+        "--idle-timeout", str(IDLE_TIMEOUT_S),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd)
     url = f"http://127.0.0.1:{port}"

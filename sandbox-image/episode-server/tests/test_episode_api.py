@@ -1,15 +1,16 @@
 """Episode API behaviour on a real desktop: exclusivity (409, nothing evicted), a released
 sandbox is clean (task files gone, windows closed), bad input gets 4xx and the server stays up,
-readiness and Prometheus metrics."""
+readiness, Prometheus metrics, and the idle-timeout watchdog."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from conftest import LocalSandbox
+from conftest import IDLE_TIMEOUT_S, LocalSandbox
 
 WRITE_TASK: dict[str, Any] = {
     "id": "api-write",
@@ -155,3 +156,23 @@ def test_metrics_count_episodes_and_durations(http: httpx.Client) -> None:
               if line.startswith("kubecua_sandbox_reset_duration_seconds_count")]  # fmt: skip
     assert counts
     assert float(counts[0].split()[-1]) >= 1
+
+
+def test_idle_episode_is_released_by_the_watchdog(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    """The shared sandbox runs with --idle-timeout IDLE_TIMEOUT_S (conftest.py)."""
+    task = {**WRITE_TASK, "config": WRITE_TASK["config"][:1]}
+    eid = _start(http, task)
+    assert (sandbox.home / "task-file.txt").exists()
+    deadline = time.monotonic() + IDLE_TIMEOUT_S + 30
+    while http.get("/status").json()["episode_id"] == eid:
+        assert time.monotonic() < deadline, "idle episode never released"
+        time.sleep(0.2)
+    gone = http.post(f"/episodes/{eid}/step", json={"action": "WAIT"})
+    assert gone.status_code == 404
+    assert gone.json()["reason"] == "UnknownEpisode"
+    assert not (sandbox.home / "task-file.txt").exists()
+    metrics = httpx.get(str(http.base_url) + "/metrics").text
+    assert 'kubecua_sandbox_episodes_total{outcome="abandoned"} 1.0' in metrics
+    assert http.get("/readyz").status_code == 200

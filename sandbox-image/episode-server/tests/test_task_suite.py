@@ -1,6 +1,8 @@
 """The offline task suite (sandbox-image/tasks) on a real desktop: for every task the reference
 solution scores 1.0, doing nothing scores 0.0 and the deliberately wrong solution scores below 1.
-LibreOffice tasks are their own (slower) group, marked `libreoffice`; both run in CI."""
+All episodes of the suite run on the one sandbox of this test session (reset between them, no
+new desktop). Tasks with a GUI app (editor, LibreOffice, Chromium, terminal, settings) are their
+own slower group, marked `gui`; both groups run in CI."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 TASKS = sorted(p for p in TASKS_DIR.glob("*/*.json") if not p.name.endswith(".solutions.json"))
 # Small JPEG observations and a short settle cap: the suite checks scores, not pixels.
 OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
-SETTLE = SettleOptions(min_seconds=0.0, max_seconds=1.0, stable_frames=1)
+SETTLE = SettleOptions(min_seconds=0.0, max_seconds=0.0, stable_frames=1)  # no GUI: one frame
 GUI_SETTLE = SettleOptions(min_seconds=0.2, max_seconds=4.0, stable_frames=2)
 
 
@@ -27,7 +29,7 @@ def _load(path: Path) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
 
 
 async def _score(sb: SandboxClient, task: dict[str, Any], actions: list[dict[str, Any]]) -> float:
-    gui = task["snapshot"] in ("editor", "libreoffice")
+    gui = task["snapshot"] != "files"
     ep = await sb.start_episode(task, OBS, GUI_SETTLE if gui else SETTLE)
     try:
         for a in actions:
@@ -65,13 +67,24 @@ def test_suite_has_graded_tasks_with_solutions() -> None:
         task, sols = _load(path)
         assert task["id"] == path.stem
         assert 1 <= task["difficulty"] <= 10
+        assert sols["wrong"], task["id"]
         assert sols["reference"], task["id"]
 
 
-def test_reference_scores_one_noop_zero_wrong_below_one(sandbox: LocalSandbox) -> None:
-    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name != "libreoffice"]))
+def test_file_tasks_score_one_for_reference_zero_for_noop_below_one_for_wrong(
+    sandbox: LocalSandbox,
+) -> None:
+    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name == "files"]))
 
 
-@pytest.mark.libreoffice
-def test_libreoffice_tasks_are_graded(sandbox: LocalSandbox) -> None:
-    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name == "libreoffice"]))
+@pytest.mark.gui
+def test_gui_app_tasks_are_graded(sandbox: LocalSandbox) -> None:
+    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name != "files"]))
+
+
+def test_suite_spans_the_areas_of_the_issue() -> None:
+    areas = {p.parent.name for p in TASKS}
+    assert {"files", "terminal", "editor", "libreoffice", "browser", "settings"} <= areas
+    apps = {app for p in TASKS for app in _load(p)[0]["related_apps"]}
+    assert {"libreoffice_calc", "libreoffice_writer", "chrome", "gedit", "settings"} <= apps
+    assert max(_load(p)[0]["difficulty"] for p in TASKS) >= 7

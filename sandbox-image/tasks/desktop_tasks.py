@@ -1,0 +1,82 @@
+# ruff: noqa: E501  (a data table: instructions and solution code are long literals)
+"""Desktop settings and multi-step GUI tasks: commands typed into a real GNOME Terminal, a
+GNOME setting changed (read back with gsettings, as OSWorld's settings tasks do), and a
+several-step edit in the text editor. Reference solutions only type and press keys."""
+
+from __future__ import annotations
+
+from taskkit import H, check, gui, launch, task, wait_drawn, wait_window, write
+
+
+def terminal_setup() -> list[dict]:
+    return [
+        launch("gnome-terminal", "--title=kubecua-terminal", f"--working-directory={H}"),
+        wait_window("kubecua-terminal"),
+        wait_drawn(min_colors=20),
+    ]
+
+
+def typed(line: str) -> dict:
+    return gui(f"pyautogui.write({line + chr(10)!r}, interval=0.01)")
+
+
+task(
+    "settings", "settings-dark-style",
+    "Switch the desktop to the dark style (the GNOME interface setting color-scheme should prefer dark).",
+    terminal_setup(),
+    check("gsettings get org.gnome.desktop.interface color-scheme", ["prefer-dark"]),
+    [typed("gsettings set org.gnome.desktop.interface color-scheme prefer-dark")],
+    [typed("gsettings set org.gnome.desktop.interface color-scheme prefer-light")],
+    apps=["settings", "terminal"],
+)  # fmt: skip
+task(
+    "settings", "settings-clock-seconds",
+    "Make the top bar clock show seconds and the weekday (GNOME interface settings clock-show-seconds and clock-show-weekday).",
+    terminal_setup(),
+    check("gsettings get org.gnome.desktop.interface clock-show-seconds; gsettings get org.gnome.desktop.interface clock-show-weekday", ["true\ntrue"]),
+    [typed("gsettings set org.gnome.desktop.interface clock-show-seconds true"), typed("gsettings set org.gnome.desktop.interface clock-show-weekday true")],
+    [typed("gsettings set org.gnome.desktop.interface clock-show-seconds true")],
+    apps=["settings", "terminal"],
+)  # fmt: skip
+task(
+    "terminal", "terminal-project-layout",
+    "In the open terminal, create a project folder demo in your home with src/main.py printing hi, a README.md saying Demo, and make main.py executable.",
+    terminal_setup(),
+    check(f"cd {H}/demo && cat README.md && python3 src/main.py && test -x src/main.py && echo EXEC", ["Demo", "hi", "EXEC"]),
+    [
+        typed("mkdir -p demo/src"),
+        typed("cd demo"),
+        typed("echo '# Demo' > README.md"),
+        typed("printf '#!/usr/bin/env python3\\nprint(\"hi\")\\n' > src/main.py"),
+        typed("chmod +x src/main.py"),
+        typed("ls -R"),
+    ],
+    [typed("mkdir -p demo/src"), typed("cd demo"), typed("echo '# Demo' > README.md")],
+    apps=["terminal"],
+)  # fmt: skip
+task(
+    "editor", "gedit-shopping-list",
+    "The text editor has list.txt open with two items. Add the items eggs and bread on their own lines at the end, then save it as list-final.txt in your home folder.",
+    [write(f"{H}/list.txt", "milk\napples"), launch("gedit", f"{H}/list.txt"), wait_window("list.txt"), wait_drawn(min_colors=20),
+     {"type": "activate_window", "parameters": {"window_name": "list.txt", "strict": False}}],
+    check(f"tr '\\n' ',' < {H}/list-final.txt", ["milk,apples,eggs,bread"]),
+    [
+        gui("pyautogui.hotkey('ctrl', 'end')"),
+        gui("pyautogui.press('enter')"),
+        gui("pyautogui.write('eggs', interval=0.02)"),
+        gui("pyautogui.press('enter')"),
+        gui("pyautogui.write('bread', interval=0.02)"),
+        gui("pyautogui.hotkey('ctrl', 'shift', 's')"),
+        gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
+        gui("pyautogui.press('enter')"),
+    ],
+    [
+        gui("pyautogui.hotkey('ctrl', 'end')"),
+        gui("pyautogui.press('enter')"),
+        gui("pyautogui.write('eggs', interval=0.02)"),
+        gui("pyautogui.hotkey('ctrl', 'shift', 's')"),
+        gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
+        gui("pyautogui.press('enter')"),
+    ],
+    apps=["gedit"],
+)  # fmt: skip
