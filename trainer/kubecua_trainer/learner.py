@@ -21,14 +21,24 @@ from kubecua_trainer.tokens import Sample, check_image_pads
 class Learner:
     """Holds the optimizer; step() is one optimizer step over the given samples."""
 
-    def __init__(self, policy: Policy, algo: Any, reference: Policy | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        algo: Any,
+        reference: Policy | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ):
+        """optimizer: AdamW over the trainable parameters unless given (e.g. perf.MasterAdamW,
+        fp32 master weights + moments on the GPU or in host memory, for bf16 parameters)."""
         if algo.kl_coef > 0 and reference is None:
             raise ValueError("algorithm.klCoef > 0 needs a reference policy")
         self.policy = policy
         self.algo = algo
         self.reference = reference
         params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=algo.learning_rate, weight_decay=0.0)
+        self.optimizer = optimizer or torch.optim.AdamW(
+            params, lr=algo.learning_rate, weight_decay=0.0
+        )
         self.steps = 0
 
     def _reference_logprobs(self, sample: Sample) -> torch.Tensor | None:

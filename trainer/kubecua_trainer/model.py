@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from kubecua_trainer.perf.fast_paths import apply_fast_paths
+
 
 @dataclass
 class Policy:
@@ -77,6 +79,10 @@ def load_policy(
         path, dtype=params, local_files_only=True, attn_implementation="sdpa"
     )
     model.to(dev)
+    if dev.type == "cuda":
+        # Same math, faster on GPU: varlen flash attention and a matmul patch embedding for the
+        # vision tower (perf/fast_paths.py; the bench measures each).
+        apply_fast_paths(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False  # the learner never uses a KV cache; generate() asks for one
