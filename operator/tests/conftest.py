@@ -112,9 +112,12 @@ class OperatorProcess:
         self.stop(kill)
         self.start()
 
+    def scrape(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
     def metric(self, name: str, **labels: str) -> float:
         """Sum of one metric's samples whose labels include `labels`."""
-        text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        text = self.scrape()
         total = 0.0
         for line in text.splitlines():
             if not line.startswith(name + "{") and not line.startswith(name + " "):

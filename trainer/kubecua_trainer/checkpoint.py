@@ -99,6 +99,11 @@ def latest_checkpoint(root: str | Path) -> str | None:
     return str(found[-1][1]) if found else None
 
 
+def checkpoint_time(path: str | Path) -> float:
+    """Unix time a checkpoint was completed: its state file is the last thing written."""
+    return (Path(path) / STATE_FILE).stat().st_mtime
+
+
 def prune_checkpoints(root: str | Path, keep: int) -> list[str]:
     """Delete all but the newest `keep` checkpoints; returns the deleted paths."""
     old = list_checkpoints(root)[:-keep] if keep > 0 else []

@@ -7,7 +7,9 @@
 In a pod the operator runs `run /etc/kubecua/trainingrun.yaml` (its ConfigMap) and sets
 KUBECUA_TRAININGRUN_NAME and KUBECUA_TRAININGRUN_NAMESPACE; whenever a TrainingRun is named, the
 run patches that object's status and serves metrics on all interfaces.
-Exit codes: 0 done, 2 invalid configuration, 1 any other failure.
+SIGTERM (the operator suspending the run, an eviction) stops the run after checkpointing its last
+completed step and exits 0; the next run resumes from that checkpoint.
+Exit codes: 0 done or stopped by SIGTERM, 2 invalid configuration, 1 any other failure.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         console=not args.no_progress,
         metrics_addr=args.metrics_addr or ("0.0.0.0" if in_cluster else "127.0.0.1"),
         patch_status=in_cluster,
+        handle_signals=True,
     )
     try:
         result = asyncio.run(train(run, opts))
@@ -94,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
         return 130
-    print(f"done: {len(result.history)} steps; outcomes {dict(result.outcomes)}")
+    if result.stopped_at is not None:
+        print(f"stopped by SIGTERM after step {result.stopped_at}; resume from the checkpoint")
+    else:
+        print(f"done: {len(result.history)} steps; outcomes {dict(result.outcomes)}")
     print(f"report: {result.report}")
     print(f"curves: {result.curves}")
     print(f"last checkpoint: {result.last_checkpoint}")

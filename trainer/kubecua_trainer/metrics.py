@@ -80,6 +80,8 @@ class TrainerMetrics:
             P + "gpu_memory_bytes", "GPU memory of the learner.", ["kind"], registry=r
         )
         self.sandboxes = Gauge(P + "sandboxes", "Sandboxes by state.", ["state"], registry=r)
+        # Registered at the first checkpoint: a 0 before that would read as a 56-year-old one.
+        self.last_checkpoint: Gauge | None = None
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         if port:
@@ -101,6 +103,17 @@ class TrainerMetrics:
                 self.gauges[key].set(value)
         if "seconds" in stats:
             self.learner_seconds.observe(stats["seconds"])
+
+    def checkpoint_written(self, unix_seconds: float) -> None:
+        """kubecua_trainer_last_checkpoint_timestamp_seconds; the dashboards' "Checkpoint age"
+        panel shows time() minus it (written at 1700000000.0, viewed at 1700000090: 90 s)."""
+        if self.last_checkpoint is None:
+            self.last_checkpoint = Gauge(
+                P + "last_checkpoint_timestamp_seconds",
+                "Unix time at which the newest checkpoint of this run was written.",
+                registry=self.registry,
+            )
+        self.last_checkpoint.set(unix_seconds)
 
     def observe_gpu(self) -> None:
         import torch

@@ -13,7 +13,9 @@ Run: `python -m kubecua_trainer run examples/trainingrun-local.yaml`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ import torch
 
 from kubecua_trainer.batch import Batch, assemble_batch, episodes_of, validate_samples
 from kubecua_trainer.checkpoint import (
+    checkpoint_time,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
@@ -55,7 +58,9 @@ class RunOptions:
     patch_status: bool = False  # cluster mode: patch the TrainingRun's status subresource
     sandbox_wait_seconds: float = 600.0
     source: SandboxSource | None = None  # tests hand in a source that is already running
-    on_step: Any = None  # callback(step, stats, groups), e.g. for tests to inject failures
+    on_step: Any = None  # callback(step, stats), e.g. for tests to inject failures
+    handle_signals: bool = False  # SIGTERM -> Stop (the CLI; a pod being suspended or evicted)
+    stop: Stop | None = None  # tests hand one in to stop the run from outside
 
 
 @dataclass
@@ -64,6 +69,7 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     last_checkpoint: str | None = None
+    stopped_at: int | None = None  # a stop ended the run; its last completed step (0: none)
 
     @property
     def report(self) -> Path:
@@ -99,8 +105,94 @@ def image_pad_check(policy: Policy) -> Any:
     return lambda sample: check_image_pads(sample, policy.merge_size, policy.image_pad_id)
 
 
+class Stop:
+    """SIGTERM (a suspend, an eviction) asks the run to stop without losing completed work.
+
+    A rollout in flight is abandoned (its episodes release their sandboxes in `finally`); once a
+    step's rollout is complete, the step is finished instead (its optimizer step included), since
+    a half-applied update must never be checkpointed. The caller then saves the last completed
+    step. Handlers are installed only when asked (the CLI), never in a test's event loop.
+    """
+
+    def __init__(self) -> None:
+        self.requested = asyncio.Event()
+        self.finishing = False  # the current step's rollout is done: finish it, do not abandon
+        self._signals: list[int] = []
+
+    def listen(self, *signals: int) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.requested.set)
+            self._signals.append(sig)
+
+    def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            loop.remove_signal_handler(sig)
+        self._signals.clear()
+
+    async def unless_stopped(self, coro: Any) -> tuple[bool, Any]:
+        """(True, result) when coro completed, (False, None) when a stop abandoned it."""
+        task = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(self.requested.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done() and self.finishing:
+                await task
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            waiter.cancel()
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False, None
+
+
 async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
     opts = opts or RunOptions()
+    stop = opts.stop or Stop()
+    if opts.handle_signals:
+        stop.listen(signal.SIGTERM)
+    try:
+        return await _train(run, opts, stop)
+    finally:
+        stop.close()
+
+
+@dataclass
+class Saver:
+    """Writes checkpoints of one run and remembers the newest: step, path."""
+
+    root: Path
+    spec: TrainingRunSpec
+    policy: Policy
+    learner: Learner
+    replay: SuccessReplay
+    metrics: TrainerMetrics
+    step: int = 0
+    path: str | None = None
+
+    def resume(self) -> int:
+        """Load the newest checkpoint under root if any; returns the first step to run."""
+        if (latest := latest_checkpoint(str(self.root))) is not None:
+            state = load_checkpoint(latest, self.policy, self.learner, self.replay)
+            self.step, self.path = int(state["step"]), latest
+            self.metrics.checkpoint_written(checkpoint_time(latest))
+        return self.step + 1
+
+    def save(self, step: int) -> str:
+        path = save_checkpoint(str(self.root), step, self.policy, self.learner, self.replay)
+        self.metrics.checkpoint_written(checkpoint_time(path))
+        prune_checkpoints(str(self.root), keep=self.spec.checkpoint.keep)
+        self.step, self.path = step, path
+        return path
+
+
+async def _train(run: TrainingRun, opts: RunOptions, stop: Stop) -> RunResult:
     spec = run.spec
     out_dir, ckpt_root = run_dirs(spec)
     result = RunResult(out_dir)
@@ -108,11 +200,9 @@ async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
     tasks = load_tasks(spec.tasks, run.namespace)
     policy, learner = build_learner(spec)
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
-    first_step = 1
-    if (latest := latest_checkpoint(str(ckpt_root))) is not None:
-        first_step = int(load_checkpoint(latest, policy, learner, replay)["step"]) + 1
-        result.last_checkpoint = latest
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
+    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics)
+    first_step = saver.resume()
     metrics.serve(spec.metrics.port, opts.metrics_addr)
     patcher = StatusPatcher(run.name, run.namespace or "default") if opts.patch_status else None
     source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
@@ -122,27 +212,60 @@ async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
         try:
             progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
             await source.start(leases)
-            await leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
-            ro = Rollout(policy, engine, leases, source.token, spec.algorithm, spec.rollout)
-            progress.resume_at(first_step - 1)
-            for step in range(first_step, spec.steps + 1):
-                stats = await _one_step(step, run, ro, tasks, learner, replay, metrics, progress)
-                stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
-                result.outcomes.update(stats.pop("outcomes"))
-                saved = None
-                if step % spec.checkpoint.every_steps == 0 or step == spec.steps:
-                    saved = _checkpoint(step, ckpt_root, spec, policy, learner, replay)
-                    result.last_checkpoint = saved
-                await engine.update_weights(step, saved)  # hf: no-op; sglang: reload from disk
-                _publish(step, spec, stats, saved, report, metrics, patcher)
-                progress.end_step(stats)
-                if opts.on_step is not None:
-                    opts.on_step(step, stats)
+            wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
+            if (await stop.unless_stopped(wait))[0]:
+                ro = Rollout(policy, engine, leases, source.token, spec.algorithm, spec.rollout)
+                progress.resume_at(first_step - 1)
+                await _loop(first_step, run, ro, tasks, saver, report, patcher, progress, stop,
+                            opts, result)  # fmt: skip
+            if stop.requested.is_set():
+                result.stopped_at = saver.step
+                progress.say(f"stopped; step {saver.step} is checkpointed: {saver.path}")
         finally:
             await source.stop()
             await engine.close()
+    result.last_checkpoint = saver.path
     result.history = report.history()
     return result
+
+
+async def _loop(
+    first_step: int,
+    run: TrainingRun,
+    ro: Rollout,
+    tasks: list[dict],
+    saver: Saver,
+    report: RunReport,
+    patcher: StatusPatcher | None,
+    progress: RunProgress,
+    stop: Stop,
+    opts: RunOptions,
+    result: RunResult,
+) -> None:
+    """Steps first_step..spec.steps; on a stop, checkpoint the last completed step and return."""
+    spec, learner, metrics = run.spec, saver.learner, saver.metrics
+    stats: dict[str, Any] = {}
+    for step in range(first_step, spec.steps + 1):
+        stop.finishing = False
+        one = _one_step(step, run, ro, tasks, learner, saver.replay, metrics, progress, stop)
+        done, new_stats = await stop.unless_stopped(one)
+        if not done:  # abandoned mid-rollout: the previous step is the last completed one
+            if stats and saver.step < step - 1:
+                _publish_status(step - 1, spec, stats, saver.save(step - 1), patcher)
+            return
+        stats = new_stats
+        stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
+        result.outcomes.update(stats.pop("outcomes"))
+        saved: str | None = None
+        if step % spec.checkpoint.every_steps == 0 or step == spec.steps or stop.requested.is_set():
+            saved = saver.save(step)
+        await ro.engine.update_weights(step, saved)  # hf: no-op; sglang: reload from disk
+        _publish(step, spec, stats, saved, report, metrics, patcher)
+        progress.end_step(stats)
+        if opts.on_step is not None:
+            opts.on_step(step, stats)
+        if stop.requested.is_set():
+            return
 
 
 async def _one_step(
@@ -154,6 +277,7 @@ async def _one_step(
     replay: SuccessReplay,
     metrics: TrainerMetrics,
     progress: RunProgress,
+    stop: Stop,
 ) -> dict[str, Any]:
     spec, t0 = run.spec, time.monotonic()
     step_tasks = tasks_for_step(tasks, step, spec.algorithm.tasks_per_step, spec.seed)
@@ -164,6 +288,7 @@ async def _one_step(
         progress.episode_done(ep.outcome)
 
     groups = await rollout_groups(ro, step_tasks, step, on_episode)
+    stop.finishing = True  # the rollout is paid for: a stop from here on waits for the update
     rollout_seconds = time.monotonic() - t0
     validate_samples(groups, image_pad_check(ro.policy))
     batch = assemble_batch(groups, spec.algorithm, replay)
@@ -200,19 +325,6 @@ def _save_episodes(groups: list[Group], step: int, run: TrainingRun) -> None:
     RunReport(out_dir, run.name).save_episodes(step, episodes_of(groups))
 
 
-def _checkpoint(
-    step: int,
-    root: Path,
-    spec: TrainingRunSpec,
-    policy: Policy,
-    learner: Learner,
-    replay: SuccessReplay,
-) -> str:
-    path = save_checkpoint(str(root), step, policy, learner, replay)
-    prune_checkpoints(str(root), keep=spec.checkpoint.keep)
-    return path
-
-
 def _publish(
     step: int,
     spec: TrainingRunSpec,
@@ -226,14 +338,24 @@ def _publish(
     metrics.observe_gpu()
     report.append_history({k: v for k, v in stats.items() if isinstance(v, int | float)})
     report.render()
+    _publish_status(step, spec, stats, saved, patcher)
+
+
+def _publish_status(
+    step: int,
+    spec: TrainingRunSpec,
+    stats: dict[str, Any],
+    saved: str | None,
+    patcher: StatusPatcher | None,
+) -> None:
     if patcher is not None:
         patcher.patch(
             build_status(
                 step,
                 spec.steps,
-                stats["reward_mean"],
-                stats["success_rate"],
-                stats["engine_tokens_per_second"],
+                stats.get("reward_mean"),
+                stats.get("success_rate"),
+                stats.get("engine_tokens_per_second"),
                 (step, saved) if saved else None,
             )
         )

@@ -6,6 +6,7 @@ import socket
 
 import httpx
 from PIL import Image
+from prometheus_client import generate_latest
 
 from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
@@ -59,3 +60,13 @@ def test_metrics_are_served_with_values_from_episodes_and_steps() -> None:
     assert "not_a_metric" not in text
     names = {ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if ln and ln[0] != "#"}
     assert all(n.startswith("kubecua_trainer_") for n in names)
+
+
+def test_checkpoint_timestamp_is_absent_until_the_first_checkpoint_then_tracks_the_newest() -> None:
+    name = "kubecua_trainer_last_checkpoint_timestamp_seconds"
+    m = TrainerMetrics()
+    assert name not in generate_latest(m.registry).decode()  # a 0 would read as 56 years old
+    m.checkpoint_written(1_700_000_000.5)
+    m.checkpoint_written(1_700_000_090.25)
+    lines = [x for x in generate_latest(m.registry).decode().splitlines() if x.startswith(name)]
+    assert lines == [f"{name} 1.70000009025e+09"]

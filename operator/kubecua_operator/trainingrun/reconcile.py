@@ -110,6 +110,14 @@ async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
         await call(api.patch, "Job", meta["namespace"], seen.job.name, patch)
 
 
+def report_demand(run: Obj, finished: bool) -> None:
+    """Feed kubecua_pool_min_ready: an unfinished run asks its pool for minReady sandboxes."""
+    meta, sandboxes = run["metadata"], run["spec"]["sandboxes"]
+    pool = sandboxes.get("poolRef")
+    need = None if finished else int(sandboxes.get("minReady", 1))
+    metrics.set_run_demand(meta["namespace"], meta["name"], pool, need)
+
+
 async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory) -> None:
     api = kube()
     seen = observe(run, jobs, pools)
@@ -118,6 +126,7 @@ async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: R
         await drive_job(api, run, seen)
     new = status.compute_run_status(run, seen, conditions.now_iso())
     old = memory.last_status if memory.last_status is not None else run.get("status")
+    report_demand(run, (old or {}).get("phase") in TERMINAL or new["phase"] in TERMINAL)
     if (old or {}).get("phase") in TERMINAL and seen.job is None:
         return  # a finished run whose Job was removed stays finished
     if not status.owned_changed(old, new):
@@ -147,3 +156,4 @@ async def run_loop(run: Obj, stopped: Any, jobs: kopf.Index, pools: kopf.Index) 
             await asyncio.sleep(cfg.debounce_seconds)
     finally:
         wakeups.forget(key)
+        metrics.set_run_demand(meta["namespace"], meta["name"], None, None)
