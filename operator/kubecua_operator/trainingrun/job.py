@@ -54,6 +54,22 @@ def trainer_env(run: Obj) -> list[Obj]:
     return env
 
 
+def trainer_command(spec: Obj) -> list[str]:
+    """torchrun only where there are several processes to launch. A single process runs the
+    trainer directly, so SIGTERM reaches it with the pod's whole grace period to checkpoint
+    (torchrun's agent kills its workers about 30 s after forwarding SIGTERM).
+
+    >>> trainer_command({"trainer": {"nodes": 1, "gpusPerNode": 1}})[:3]
+    ['python', '-m', 'kubecua_trainer']
+    >>> trainer_command({"trainer": {"nodes": 2, "gpusPerNode": 4}})[:3]
+    ['torchrun', '--module', 'kubecua_trainer']
+    """
+    trainer = spec.get("trainer", {})
+    processes = trainer.get("nodes", 1) * max(1, trainer.get("gpusPerNode", 0))
+    launcher = ["torchrun", "--module"] if processes > 1 else ["python", "-m"]
+    return [*launcher, "kubecua_trainer", "run", f"{CONFIG_DIR}/{CONFIG_FILE}"]
+
+
 def trainer_resources(spec: Obj) -> Obj:
     """User resources plus nvidia.com/gpu limits from gpusPerNode (0 leaves them out)."""
     trainer = spec.get("trainer", {})
@@ -105,8 +121,7 @@ def build_job(run: Obj, settings: Settings, suspend: bool) -> Obj:
     container: Obj = {
         "name": "trainer",
         "image": spec.get("trainer", {}).get("image") or settings.trainer_image,
-        "command": ["torchrun"],
-        "args": ["--module", "kubecua_trainer", "run", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "command": trainer_command(spec),
         "env": trainer_env(run),
         "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
         + ([{"name": "metrics", "containerPort": port}] if port else []),
