@@ -35,6 +35,9 @@ class ModelConfig(_Model):
     dtype: Literal["auto", "bfloat16", "float32"] = Field(
         default="auto", description="auto: bf16 on GPU, fp32 on CPU."
     )
+    freeze_vision: bool = Field(
+        default=False, description="Train the language model only; the vision encoder stays."
+    )
 
 
 class LocalSandboxes(_Model):
@@ -153,6 +156,14 @@ class TrainerConfig(_Model):
     )
     gradient_checkpointing: bool = Field(
         default=True, description="Recompute activations in backward."
+    )
+    compile: bool = Field(
+        default=False, description="torch.compile each decoder layer (GPU; pays after warm-up)."
+    )
+    optimizer_offload: bool = Field(
+        default=False,
+        description="fp32 master weights and AdamW moments in host memory (ZeRO-Offload style);"
+        " meant for model.dtype bfloat16.",
     )
 
 

@@ -37,6 +37,8 @@ from kubecua_trainer.engines import build_engine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.model import Policy, load_policy
+from kubecua_trainer.perf.fast_paths import compile_layers
+from kubecua_trainer.perf.optimizer import MasterAdamW
 from kubecua_trainer.progress import RunProgress
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
@@ -98,7 +100,21 @@ def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner]:
     reference = None
     if spec.algorithm.kl_coef > 0:  # k3 KL needs a frozen copy of the initial policy
         reference = load_policy(spec.model.path, spec.model.dtype, device=str(policy.device))
-    return policy, Learner(policy, spec.algorithm, reference=reference)
+    return policy, Learner(policy, spec.algorithm, reference, optimizer=speed_up(policy, spec))
+
+
+def speed_up(policy: Policy, spec: TrainingRunSpec) -> torch.optim.Optimizer | None:
+    """The learner levers measured in docs/benchmarks.md, as the spec asks for them; returns the
+    optimizer to use, or None for the learner's default AdamW."""
+    model = policy.model
+    if spec.model.freeze_vision:
+        model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
+    if spec.trainer.compile and policy.device.type == "cuda":
+        compile_layers(model)
+    if not spec.trainer.optimizer_offload:
+        return None
+    params = [p for p in model.parameters() if p.requires_grad]
+    return MasterAdamW(params, lr=spec.algorithm.learning_rate, offload=True)
 
 
 def image_pad_check(policy: Policy) -> Any:
