@@ -39,10 +39,9 @@ def test_vm_sandboxes_become_ready_when_vm_and_episode_server_are(kube, operator
     assert tmpl["volumes"][0]["containerDisk"]["image"] == "registry.example/osworld-ubuntu:1"
     assert tmpl["readinessProbe"]["httpGet"]["port"] == 5000
     assert vm["metadata"]["labels"]["kubecua.dev/sandbox"] == "vms-0"
-    assert (
-        kube.get("Service", namespace, "vms-0-desktop")["spec"]["selector"]["kubecua.dev/role"]
-        == "vm"
-    )
+    # The desktop Service is created in the same pass as the VMs, possibly just after them.
+    desktop = wait_until(lambda: kube.get("Service", namespace, "vms-0-desktop"), 30, "Service")
+    assert desktop["spec"]["selector"]["kubecua.dev/role"] == "vm"
     wait_until(lambda: len(sandbox_pods(kube, namespace, "vms")) == 2, 60, "episode-server pods")
     # Episode-server pods are Ready on kwok, but the VMs are not: no sandbox is ready yet.
     assert pool_status(kube, namespace, "vms").get("readyReplicas", 0) == 0
