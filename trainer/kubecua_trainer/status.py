@@ -35,6 +35,16 @@ def custom_objects_api(api_client: Any = None) -> Any:
     return client.CustomObjectsApi(api_client)
 
 
+def core_v1_api(api: Any = None) -> Any:
+    """`api` when given (tests pass one), else a CoreV1Api on the default configuration."""
+    from kubernetes import client
+
+    if api is not None:
+        return api
+    load_kube_config()
+    return client.CoreV1Api()
+
+
 def build_status(
     step: int,
     total_steps: int,

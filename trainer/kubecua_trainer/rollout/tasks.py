@@ -45,13 +45,10 @@ def _from_config_map(name: str, namespace: str, api: Any) -> list[dict]:
     """Every value of the ConfigMap is a task or a list of tasks (OSWorld JSON)."""
     from kubernetes import client, config
 
-    try:
-        if api is None:
-            from kubecua_trainer.status import load_kube_config
+    from kubecua_trainer.status import core_v1_api
 
-            load_kube_config()
-            api = client.CoreV1Api()
-        cm = api.read_namespaced_config_map(name, namespace)
+    try:
+        cm = core_v1_api(api).read_namespaced_config_map(name, namespace)
     except config.ConfigException as err:
         raise ConfigError(f"spec.tasks.configMapRef: no cluster access ({err})") from None
     except client.ApiException as err:

@@ -44,13 +44,10 @@ def secret_token(name: str, namespace: str, api: Any = None) -> str:
     service account or kubeconfig). Raises LookupError saying why it could not be read."""
     from kubernetes import client, config
 
-    try:
-        if api is None:
-            from kubecua_trainer.status import load_kube_config
+    from kubecua_trainer.status import core_v1_api
 
-            load_kube_config()
-            api = client.CoreV1Api()
-        secret = api.read_namespaced_secret(name, namespace)
+    try:
+        secret = core_v1_api(api).read_namespaced_secret(name, namespace)
     except config.ConfigException as err:
         raise LookupError(f"no cluster access ({err})") from None
     except client.ApiException as err:
