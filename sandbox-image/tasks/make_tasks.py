@@ -16,7 +16,21 @@ the desktop); GUI tasks type and click for real. Leaves out: tasks needing the i
 
 from __future__ import annotations
 
-from taskkit import FAIL, TASKS, H, check, gui, ok_if, py, sh, task, write, write_all
+from taskkit import (
+    FAIL,
+    TASKS,
+    H,
+    check,
+    gui,
+    ok_if,
+    py,
+    sh,
+    task,
+    wait_drawn,
+    wait_window,
+    write,
+    write_all,
+)
 
 # ---- files and terminal (difficulty 1..3 steps) -------------------------------------------
 task(
@@ -377,6 +391,9 @@ for _i, (tid, text) in enumerate(
         [
             write(f"{H}/{tid}.txt", ""),
             {"type": "launch", "parameters": {"command": ["gedit", f"{H}/{tid}.txt"]}},
+            # Keys sent before gedit has drawn its window are lost; actions now start in ms.
+            wait_window(f"{tid}.txt"),
+            wait_drawn(min_colors=20),
             {
                 "type": "activate_window",
                 "parameters": {"window_name": f"{tid}.txt", "strict": False},

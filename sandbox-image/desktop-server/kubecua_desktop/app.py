@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from kubecua_desktop.procs import Launcher
 from kubecua_desktop.recorder import Recorder
 from kubecua_desktop.routers import commands, files, recording, screen, windows
 from kubecua_desktop.settings import Settings
+from kubecua_desktop.warm import WarmPython
 
 log = logging.getLogger("kubecua_desktop")
 
@@ -34,14 +36,21 @@ def create_app(settings: Settings, desktop: Desktop | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if app.state.warm is not None:
+            # Before serving: the episode server's reset baseline (taken once the desktop answers)
+            # must include the zygote, or every reset would kill it as an episode's leftover.
+            await asyncio.to_thread(app.state.warm.start)
         yield
         app.state.recorder.abort()
         app.state.launcher.stop_all()
+        if app.state.warm is not None:
+            app.state.warm.stop()
 
     app = FastAPI(title="kubecua desktop", lifespan=lifespan, dependencies=[Depends(require_token)])
     app.state.settings = settings
     app.state.desktop = desktop
     app.state.launcher = Launcher()
+    app.state.warm = WarmPython() if settings.warm_python else None
     app.state.recorder = Recorder(desktop, settings.recording_dir)
     for module in (screen, commands, files, windows, recording):
         app.include_router(module.router)

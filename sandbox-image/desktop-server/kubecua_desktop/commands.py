@@ -25,7 +25,8 @@ from kubecua_desktop.models import (
     Verification,
     VerifiedCommandRequest,
 )
-from kubecua_desktop.procs import CommandResult, run_command
+from kubecua_desktop.procs import CommandResult, normalise, run_command
+from kubecua_desktop.warm import WarmPython
 
 TIMEOUT = status.HTTP_504_GATEWAY_TIMEOUT
 
@@ -50,8 +51,21 @@ def _as_execute(result: CommandResult, timeout: float) -> tuple[int, ExecuteResu
     return status.HTTP_200_OK, body
 
 
-def execute(req: CommandRequest, timeout: float) -> tuple[int, ExecuteResult]:
-    return _as_execute(_start(req.command, shell=req.shell, timeout=timeout), timeout)
+def _run(req: CommandRequest, timeout: float, warm: WarmPython | None) -> CommandResult:
+    """desktop-env's pyautogui actions go to the warm executor when they may; the rest cold."""
+    argv = warm.accepts(req.command, req.shell) if warm is not None else None
+    if warm is not None and argv is not None:
+        code = normalise(req.command, shell=False)[2]
+        result = warm.run(code, argv, timeout)
+        if result is not None:
+            return result
+    return _start(req.command, shell=req.shell, timeout=timeout)
+
+
+def execute(
+    req: CommandRequest, timeout: float, warm: WarmPython | None = None
+) -> tuple[int, ExecuteResult]:
+    return _as_execute(_run(req, timeout, warm), timeout)
 
 
 def _verified(desktop: Desktop, spec: Verification) -> bool:
@@ -69,10 +83,10 @@ def _verified(desktop: Desktop, spec: Verification) -> bool:
 
 
 def execute_verified(
-    req: VerifiedCommandRequest, desktop: Desktop, timeout: float
+    req: VerifiedCommandRequest, desktop: Desktop, timeout: float, warm: WarmPython | None = None
 ) -> tuple[int, ExecuteResult]:
     """Run the command, then poll the verification until it holds or max_wait_time passes."""
-    code, body = _as_execute(_start(req.command, shell=req.shell, timeout=timeout), timeout)
+    code, body = _as_execute(_run(req, timeout, warm), timeout)
     if code != status.HTTP_200_OK or req.verification is None:
         return code, body
     start = time.monotonic()

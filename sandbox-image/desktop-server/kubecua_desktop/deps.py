@@ -8,6 +8,7 @@ from kubecua_desktop.desktop import Desktop
 from kubecua_desktop.procs import Launcher
 from kubecua_desktop.recorder import Recorder
 from kubecua_desktop.settings import Settings
+from kubecua_desktop.warm import WarmPython
 
 
 def get_settings(request: Request) -> Settings:
@@ -28,3 +29,8 @@ def get_launcher(request: Request) -> Launcher:
 def get_recorder(request: Request) -> Recorder:
     recorder: Recorder = request.app.state.recorder
     return recorder
+
+
+def get_warm(request: Request) -> WarmPython | None:
+    warm: WarmPython | None = request.app.state.warm
+    return warm

@@ -46,10 +46,13 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _reader(stream: object, sink: list[bytes]) -> threading.Thread:
+def pump_into(stream: object, sink: list[bytes]) -> threading.Thread:
+    """Read stream into sink on a thread until EOF, then close it."""
+
     def pump() -> None:
-        for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
-            sink.append(chunk)
+        with stream:  # type: ignore[attr-defined]
+            for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
+                sink.append(chunk)
 
     thread = threading.Thread(target=pump, daemon=True)
     thread.start()
@@ -78,9 +81,9 @@ def run_command(
     )
     out: list[bytes] = []
     err: list[bytes] = []
-    readers = [_reader(proc.stdout, out)]
+    readers = [pump_into(proc.stdout, out)]
     if proc.stderr is not None:
-        readers.append(_reader(proc.stderr, err))
+        readers.append(pump_into(proc.stderr, err))
     timed_out = False
     try:
         proc.wait(timeout=timeout)

@@ -55,13 +55,18 @@ class Settings:
     command_timeout_s: float = 120.0
     python_timeout_s: float = 30.0
     open_file_timeout_s: float = 60.0
-    png_compress_level: int = 1  # level 1 encodes ~30% faster than the default 6 (ENVIRONMENT.md)
+    png_compress_level: int = 1  # zlib level of /screenshot's PNG (kubecua_desktop.png)
     # /accessibility and /terminal run a helper under Debian's python3, which has pyatspi (apt).
     atspi_python: str = field(
         default_factory=lambda: os.environ.get("KUBECUA_ATSPI_PYTHON", "/usr/bin/python3")
     )
     # /run_python runs code with this interpreter; the session puts a python with pyautogui first.
     python: str = field(default_factory=lambda: os.environ.get("KUBECUA_DESKTOP_PYTHON", "python3"))
+    # /execute's pyautogui actions run in a pre-forked warm python (kubecua_desktop.warm); "0"
+    # turns that off and every action starts a fresh python again.
+    warm_python: bool = field(
+        default_factory=lambda: os.environ.get("KUBECUA_DESKTOP_WARM_PYTHON", "1") != "0"
+    )
     recording_dir: Path = field(
         default_factory=lambda: Path(os.environ.get("KUBECUA_RECORDING_DIR", "/tmp"))
     )

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from kubecua_desktop import commands
-from kubecua_desktop.deps import get_desktop, get_launcher, get_settings
+from kubecua_desktop.deps import get_desktop, get_launcher, get_settings, get_warm
 from kubecua_desktop.desktop import Desktop
 from kubecua_desktop.models import (
     CommandRequest,
@@ -18,9 +18,11 @@ from kubecua_desktop.models import (
 )
 from kubecua_desktop.procs import Launcher
 from kubecua_desktop.settings import Settings
+from kubecua_desktop.warm import WarmPython
 
 router = APIRouter()
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+WarmDep = Annotated[WarmPython | None, Depends(get_warm)]
 
 
 def _json(result: tuple[int, object]) -> JSONResponse:
@@ -30,8 +32,8 @@ def _json(result: tuple[int, object]) -> JSONResponse:
 
 @router.post("/execute")
 @router.post("/setup/execute")
-def execute(req: CommandRequest, settings: SettingsDep) -> JSONResponse:
-    return _json(commands.execute(req, settings.command_timeout_s))
+def execute(req: CommandRequest, settings: SettingsDep, warm: WarmDep) -> JSONResponse:
+    return _json(commands.execute(req, settings.command_timeout_s, warm))
 
 
 @router.post("/execute_with_verification")
@@ -40,8 +42,9 @@ def execute_with_verification(
     req: VerifiedCommandRequest,
     settings: SettingsDep,
     desktop: Annotated[Desktop, Depends(get_desktop)],
+    warm: WarmDep,
 ) -> JSONResponse:
-    return _json(commands.execute_verified(req, desktop, settings.command_timeout_s))
+    return _json(commands.execute_verified(req, desktop, settings.command_timeout_s, warm))
 
 
 @router.post("/setup/launch", response_class=PlainTextResponse)
