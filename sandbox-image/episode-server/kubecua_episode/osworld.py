@@ -30,6 +30,9 @@ def _load_metrics() -> dict[str, Callable[..., Any]]:
     for name in LIGHT_METRIC_MODULES:
         mod = importlib.import_module(f"{_METRICS_PKG}.{name}")
         funcs.update({k: v for k, v in vars(mod).items() if callable(v) and not k.startswith("_")})
+    pkg = sys.modules[_METRICS_PKG]
+    for k, v in funcs.items():  # DesktopEnv itself looks metrics up as getattr(metrics, func)
+        setattr(pkg, k, v)
     return funcs
 
 

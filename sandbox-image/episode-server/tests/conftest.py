@@ -46,6 +46,7 @@ class LocalSandbox:
     proc: subprocess.Popen[bytes]
     workdir: Path
     desktop_url: str
+    cdp_port: int
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], workdir: Path, limit: float) -> None:
@@ -73,11 +74,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
     work = tmp_path_factory.mktemp("sandbox")
     token_file = work / "token"
     token_file.write_text(TOKEN)
-    port, display, desktop_port = free_port(), free_display(), free_port()
+    port, display, desktop_port, cdp_port = free_port(), free_display(), free_port(), free_port()
     cmd = [
         sys.executable, "-m", "kubecua_episode.local", "--display", str(display),
         "--episode-port", str(port), "--desktop-port", str(desktop_port),
-        "--cdp-port", str(free_port()), "--vlc-port", str(free_port()),
+        "--cdp-port", str(cdp_port), "--vlc-port", str(free_port()),
         "--token-file", str(token_file), "--workdir", str(work),
         "--idle-timeout", str(IDLE_TIMEOUT_S),
     ]  # fmt: skip
@@ -86,7 +87,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
     try:
         wait_ready(url, proc, work, 120)
         desktop_url = f"http://127.0.0.1:{desktop_port}"
-        yield LocalSandbox(url, TOKEN, work / "home", display, proc, work, desktop_url)
+        yield LocalSandbox(url, TOKEN, work / "home", display, proc, work, desktop_url, cdp_port)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
