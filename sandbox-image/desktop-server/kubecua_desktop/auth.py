@@ -9,8 +9,9 @@ from fastapi import HTTPException, Request, status
 LOOPBACK = {"127.0.0.1", "::1"}
 
 
-def require_token(request: Request) -> None:
-    """FastAPI dependency: 401 unless the request carries the configured bearer token."""
+async def require_token(request: Request) -> None:
+    """FastAPI dependency: 401 unless the request carries the configured bearer token. Async:
+    it never blocks, and a sync dependency costs a threadpool hop on every request."""
     settings = request.app.state.settings
     client = request.client.host if request.client else ""
     if settings.trust_loopback and client in LOOPBACK:

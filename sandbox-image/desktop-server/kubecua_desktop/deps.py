@@ -1,4 +1,5 @@
-"""Shared route dependencies: the objects created once in app.create_app."""
+"""Shared route dependencies: the objects created once in app.create_app. `async def`: they
+only read app state, and a sync dependency costs a threadpool hop (~0.25 ms) on every request."""
 
 from __future__ import annotations
 
@@ -11,26 +12,26 @@ from kubecua_desktop.settings import Settings
 from kubecua_desktop.warm import WarmPython
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_desktop(request: Request) -> Desktop:
+async def get_desktop(request: Request) -> Desktop:
     desktop: Desktop = request.app.state.desktop
     return desktop
 
 
-def get_launcher(request: Request) -> Launcher:
+async def get_launcher(request: Request) -> Launcher:
     launcher: Launcher = request.app.state.launcher
     return launcher
 
 
-def get_recorder(request: Request) -> Recorder:
+async def get_recorder(request: Request) -> Recorder:
     recorder: Recorder = request.app.state.recorder
     return recorder
 
 
-def get_warm(request: Request) -> WarmPython | None:
+async def get_warm(request: Request) -> WarmPython | None:
     warm: WarmPython | None = request.app.state.warm
     return warm

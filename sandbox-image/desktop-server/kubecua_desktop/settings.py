@@ -55,7 +55,11 @@ class Settings:
     command_timeout_s: float = 120.0
     python_timeout_s: float = 30.0
     open_file_timeout_s: float = 60.0
-    png_compress_level: int = 1  # zlib level of /screenshot's PNG (kubecua_desktop.png)
+    png_compress_level: int = 1  # 0 stores; 1..9 -> ISA-L level min(level, 2) (kubecua_desktop.png)
+    # "xgetimage" skips MIT-SHM (kubecua_desktop.desktop.capture); "default" tries it first.
+    capture_backend: str = field(
+        default_factory=lambda: os.environ.get("KUBECUA_DESKTOP_CAPTURE", "default")
+    )
     # /accessibility and /terminal run a helper under Debian's python3, which has pyatspi (apt).
     atspi_python: str = field(
         default_factory=lambda: os.environ.get("KUBECUA_ATSPI_PYTHON", "/usr/bin/python3")

@@ -12,7 +12,7 @@ from kubecua_desktop.settings import Settings
 def _linux(settings: Settings) -> Desktop:
     from kubecua_desktop.desktop.linux import LinuxDesktop
 
-    return LinuxDesktop(settings)
+    return LinuxDesktop(settings, settings.capture_backend)
 
 
 FACTORIES: dict[str, Callable[[Settings], Desktop]] = {"Linux": _linux}

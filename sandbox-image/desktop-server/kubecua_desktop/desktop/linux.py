@@ -1,21 +1,21 @@
-"""Linux/X11 desktop: mss (XShm + XFixes cursor) for pixels, python-xlib for geometry, wmctrl for
-windows, gsettings + feh for the wallpaper, and an AT-SPI helper under Debian's python3."""
+"""Linux/X11 desktop: mss (XShm + XFixes cursor, capture.py) for pixels, python-xlib for
+geometry, wmctrl for windows, gsettings + feh for the wallpaper, and an AT-SPI helper under
+Debian's python3."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import mss
 from PIL import Image
 from Xlib import X, display, error
 
 from kubecua_desktop.desktop.base import Desktop, DesktopUnavailable
+from kubecua_desktop.desktop.capture import Grabber
 from kubecua_desktop.procs import run_command
 from kubecua_desktop.settings import Settings
 
@@ -42,24 +42,12 @@ def _xdisplay() -> Iterator[display.Display]:
 class LinuxDesktop(Desktop):
     platform_name = "Linux"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, capture_backend: str = "default") -> None:
         self.settings = settings
-        self._local = threading.local()  # mss handles are per thread (XShm segments)
-
-    def _grabber(self) -> mss.base.MSSBase:
-        grabber = getattr(self._local, "mss", None)
-        if grabber is None:
-            try:
-                grabber = mss.mss(with_cursor=True)
-            except Exception as exc:
-                raise DesktopUnavailable(f"cannot capture the screen: {exc}") from exc
-            self._local.mss = grabber
-        return grabber
+        self.grabber = Grabber(capture_backend)
 
     def screenshot(self) -> Image.Image:
-        grabber = self._grabber()
-        shot = grabber.grab(grabber.monitors[0])
-        return Image.frombytes("RGB", shot.size, shot.bgra, "raw", "BGRX")
+        return self.grabber.screenshot()
 
     def screen_size(self) -> tuple[int, int]:
         with _xdisplay() as d:

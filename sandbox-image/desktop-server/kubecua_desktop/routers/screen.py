@@ -12,6 +12,7 @@ from PIL import Image
 from kubecua_desktop.deps import get_desktop, get_settings
 from kubecua_desktop.desktop import Desktop
 from kubecua_desktop.models import ScreenSize
+from kubecua_desktop.png import encode_png
 from kubecua_desktop.settings import Settings
 
 router = APIRouter()
@@ -19,11 +20,10 @@ DesktopDep = Annotated[Desktop, Depends(get_desktop)]
 
 
 def encode(image: Image.Image, fmt: str, quality: int, png_level: int) -> bytes:
+    if fmt == "png":
+        return encode_png(image, png_level)
     buffer = io.BytesIO()
-    if fmt == "jpeg":
-        image.save(buffer, "JPEG", quality=quality)
-    else:
-        image.save(buffer, "PNG", compress_level=png_level)
+    image.save(buffer, "JPEG", quality=quality)
     return buffer.getvalue()
 
 
