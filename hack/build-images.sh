@@ -4,6 +4,9 @@
 #      Dockerfile keeps a standard FROM line and builds unchanged anywhere else.
 #   2. Each image in IMAGES, tagged localhost/kubecua/<name>:dev, built from the repo root.
 # The base is built once and cached as a tarball under $KUBECUA_CACHE/images/, keyed by suite.
+# An image whose label io.kubecua.inputs matches the hash of its inputs (base image id, Dockerfile,
+# every file its COPY lines name) is not rebuilt at all; KUBECUA_REBUILD=1 forces podman build
+# (whose layer cache still applies).
 # Usage: hack/build-images.sh [name ...]     (default: every Dockerfile listed below)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,14 +36,37 @@ ensure_base() {
   log "base image $base ready"
 }
 
+# What the build reads, as one hash. Pruned like Dockerfile.dockerignore (venvs, caches), which
+# podman leaves out of the context too; file modes count (entrypoints are executables).
+inputs_hash() {
+  local dockerfile=$1 srcs files
+  srcs=$(awk '$1 == "COPY" && !/--from/ { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' \
+    "$repo/$dockerfile")
+  # shellcheck disable=SC2086  # srcs: one path per word (none has spaces)
+  files=$(cd "$repo" && find "$dockerfile" $srcs \( -name .venv -o -name __pycache__ \
+    -o -name .mypy_cache -o -name .ruff_cache -o -name .pytest_cache \) -prune -o -type f -print \
+    | LC_ALL=C sort)
+  {
+    "${PODMAN[@]}" image inspect --format '{{.Id}}' "$base"
+    cd "$repo" && xargs -d '\n' stat -c '%a %n' <<<"$files" && xargs -d '\n' sha256sum <<<"$files"
+  } | sha256sum | cut -c1-16
+}
+
 build() {
-  local name=$1 dockerfile=${IMAGES[$1]}
+  local name=$1 dockerfile=${IMAGES[$1]} tag hash
   [[ -f $repo/$dockerfile ]] || { log "skip $name: $dockerfile does not exist yet"; return; }
-  log "building localhost/kubecua/$name:dev"
+  tag=localhost/kubecua/$name:dev
+  hash=$(inputs_hash "$dockerfile")
+  if [[ ${KUBECUA_REBUILD:-0} != 1 ]] && [[ $("${PODMAN[@]}" image inspect --format \
+      '{{index .Labels "io.kubecua.inputs"}}' "$tag" 2>/dev/null) == "$hash" ]]; then
+    log "$tag is up to date (inputs $hash)"
+    return
+  fi
+  log "building $tag (inputs $hash)"
   # The host's CA bundle reaches pip inside the build as a secret (registry traffic is
   # TLS-intercepted here); Dockerfiles mount it optionally, so other builders need nothing.
-  "${PODMAN[@]}" build "${LIMITS[@]}" -f "$repo/$dockerfile" -t "localhost/kubecua/$name:dev" \
-    --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt "$repo"
+  "${PODMAN[@]}" build "${LIMITS[@]}" -f "$repo/$dockerfile" -t "$tag" \
+    --label "io.kubecua.inputs=$hash" --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt "$repo"
 }
 
 ensure_base

@@ -6,7 +6,10 @@
 3. verify: no stray processes, home equals the pristine copy, no windows beyond the baseline.
 
 This needs the episode server on the same host (pod) as the desktop, which is how the image and
-the local launcher run it. VMs are reset by their backend (VMI restart), not here."""
+the local launcher run it. With a remote desktop (a VM; the image's `episode-server` mode) only
+the desktop API is in reach: RemoteResetter closes the windows the episode opened and verifies
+none remain. It cannot restore the home or stop windowless processes; restarting the VM is the
+operator's job."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
@@ -35,9 +39,37 @@ SESSION_SERVICES = frozenset({
 })  # fmt: skip
 
 
+# The desktop server's warm pyautogui executor (kubecua_desktop.warm): the zygote is part of the
+# desktop. Its children (the spare it pre-forks for the next action, actions, and whatever they
+# fork) carry the same command line but belong to episodes: a reset kills them (a killed spare
+# is forked again on the next action) and the baseline leaves them out, since a spare is
+# replaced after every action.
+ZYGOTE = "kubecua_desktop.zygote"
+
+
+def _zygote_role(proc: psutil.Process) -> str:
+    """Its role: "zygote" (started by the desktop server), "child" (anything else with its command
+    line: spares, actions, what they fork, orphans of those) or ""."""
+    try:
+        if ZYGOTE not in proc.cmdline():
+            return ""
+        parent_proc = proc.parent()
+        parent = " ".join(parent_proc.cmdline()) if parent_proc is not None else ""
+        return "zygote" if "kubecua_desktop" in parent and ZYGOTE not in parent else "child"
+    except psutil.Error:
+        return ""
+
+
+def _zygote_child(pid: int) -> bool:
+    try:
+        return _zygote_role(psutil.Process(pid)) == "child"
+    except psutil.Error:
+        return False
+
+
 def _is_service(proc: psutil.Process) -> bool:
     try:
-        return proc.name() in SESSION_SERVICES
+        return proc.name() in SESSION_SERVICES or _zygote_role(proc) == "zygote"
     except psutil.Error:
         return False
 
@@ -121,8 +153,10 @@ class Resetter:
     baseline: set[int] = field(default_factory=set)
     killed: list[str] = field(default_factory=list)  # by the last reset, for the log
 
-    def take_baseline(self) -> None:
-        self.baseline = display_processes(self.display)
+    def take_baseline(self) -> list[str]:
+        procs = display_processes(self.display)
+        self.baseline = {p for p in procs if not _zygote_child(p)}
+        return []
 
     def reset(self) -> tuple[float, list[str]]:
         """Returns (seconds, problems). No problems means verified clean."""
@@ -145,3 +179,59 @@ class Resetter:
             if diff:
                 found.append(f"home differs from pristine: {diff}")
         return found
+
+
+class WindowDesktop(Protocol):
+    def execute(self, command: list[str] | str, shell: bool = False) -> dict[str, Any]: ...
+    def window_ids(self) -> list[str]: ...
+
+
+def window_pids(desktop: WindowDesktop) -> dict[str, int]:
+    """window id -> owning pid from `wmctrl -lp` (0 when the app does not set _NET_WM_PID)."""
+    out = str(desktop.execute(["wmctrl", "-lp"]).get("output", ""))
+    rows = (line.split() for line in out.splitlines())
+    return {r[0]: int(r[2]) for r in rows if len(r) > 2 and r[2].lstrip("-").isdigit()}
+
+
+@dataclass
+class RemoteResetter:
+    """Reset of a desktop reached only through its API: close (WM_DELETE_WINDOW) every window
+    that was not there at baseline, SIGKILL the owners of those that stay, verify none remain."""
+
+    desktop: WindowDesktop
+    close_wait_s: float = 3.0
+    kill_wait_s: float = 5.0
+    baseline: set[str] = field(default_factory=set)
+    killed: list[str] = field(default_factory=list)  # window ids closed by the last reset
+
+    def take_baseline(self) -> list[str]:
+        """Problems that make a reset impossible (reported by /readyz as NotClean)."""
+        if self.desktop.execute("command -v wmctrl", shell=True).get("returncode", 1) != 0:
+            return ["wmctrl is missing on the desktop: windows cannot be closed between episodes"]
+        self.baseline = set(self.desktop.window_ids())
+        return []
+
+    def _new(self) -> set[str]:
+        return set(self.desktop.window_ids()) - self.baseline
+
+    def _wait_gone(self, limit: float) -> set[str]:
+        deadline = time.monotonic() + limit
+        while (left := self._new()) and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the window list; wmctrl has no wait
+        return left
+
+    def reset(self) -> tuple[float, list[str]]:
+        start = time.monotonic()
+        self.killed = sorted(self._new())
+        for wid in self.killed:
+            self.desktop.execute(["wmctrl", "-i", "-c", wid])
+        left = self._wait_gone(self.close_wait_s) if self.killed else set()
+        if left:  # a "save changes?" dialog or a hung app: stop the owners, baseline's excepted
+            pids = window_pids(self.desktop)
+            keep = {pids.get(w) for w in self.baseline}
+            victims = {pids[w] for w in left if pids.get(w) and pids[w] not in keep}
+            if victims:
+                self.desktop.execute(["kill", "-KILL", *map(str, sorted(victims))])
+            left = self._wait_gone(self.kill_wait_s)
+        problems = [f"windows still open: {sorted(left)}"] if left else []
+        return time.monotonic() - start, problems

@@ -6,8 +6,31 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
+LINUX = ("ubuntu", "debian", "linux")
+
+
+class SettingsError(ValueError):
+    """A KUBECUA_* variable is malformed; the message names it."""
+
+
+def parse_url(name: str, value: str, default_port: int) -> tuple[str, int]:
+    """http://host[:port] -> (host, port); anything else raises SettingsError naming `name`.
+
+    >>> parse_url("KUBECUA_DESKTOP_URL", "http://sb-0-desktop.ns.svc:5000", 5000)
+    ('sb-0-desktop.ns.svc', 5000)
+    """
+    try:
+        url = urlsplit(value)
+        port = url.port or default_port
+    except ValueError as e:
+        raise SettingsError(f"{name}={value!r}: {e}") from e
+    if url.scheme != "http" or not url.hostname or url.path not in ("", "/"):
+        raise SettingsError(f"{name}={value!r}: expected http://host[:port], no path")
+    return url.hostname, port
 
 
 def read_token(env: dict[str, str]) -> str:
@@ -42,6 +65,9 @@ class Settings:
     screen_width: int = 1920
     screen_height: int = 1080
     client_password: str = "password"  # OSWorld convention: user `user`, password `password`
+    # Remote desktop (a VM, KUBECUA_DESKTOP_URL): no local display or home; reset closes the
+    # episode's windows through the desktop API and cannot restore the home (see reset.py).
+    remote: bool = False
 
     @property
     def desktop_url(self) -> str:
@@ -54,7 +80,7 @@ class Settings:
         def path(name: str) -> Path | None:
             return Path(e[name]) if e.get(name) else None
 
-        return cls(
+        kw: dict[str, Any] = dict(
             token=read_token(e),
             desktop_host=e.get("KUBECUA_DESKTOP_HOST", "127.0.0.1"),
             desktop_port=int(e.get("KUBECUA_DESKTOP_PORT", "5000")),
@@ -67,3 +93,25 @@ class Settings:
             max_body_bytes=int(e.get("KUBECUA_MAX_BODY_BYTES", str(4 * MiB))),
             idle_timeout_s=float(e.get("KUBECUA_IDLE_TIMEOUT_SECONDS", "600")),
         )
+        if e.get("KUBECUA_DESKTOP_URL"):
+            kw.update(_remote(e))
+        return cls(**kw)
+
+
+def _remote(e: dict[str, str]) -> dict[str, Any]:
+    """KUBECUA_DESKTOP_URL (+ KUBECUA_CDP_URL, KUBECUA_VLC_URL, KUBECUA_DESKTOP_OS), as the
+    operator's kubevirt backend sets them. desktop-env reaches every service through one host
+    (its vm_ip), so CDP and VLC must live on the desktop's host; only their ports may differ."""
+    host, port = parse_url("KUBECUA_DESKTOP_URL", e["KUBECUA_DESKTOP_URL"], 5000)
+    ports = {}
+    for name, key, default in (("KUBECUA_CDP_URL", "cdp_port", 9222),
+                               ("KUBECUA_VLC_URL", "vlc_port", 8080)):  # fmt: skip
+        other, ports[key] = parse_url(name, e.get(name) or f"http://{host}", default)
+        if other != host:
+            why = "desktop-env reaches all services on one host"
+            raise SettingsError(f"{name}: host {other!r} is not KUBECUA_DESKTOP_URL's; {why}")
+    os_name = e.get("KUBECUA_DESKTOP_OS", "Ubuntu")
+    if os_name.lower() not in LINUX:
+        raise SettingsError(f"KUBECUA_DESKTOP_OS={os_name!r}: only Linux desktops are supported")
+    return {"desktop_host": host, "desktop_port": port, "remote": True, "home": None,
+            "pristine_home": None, **ports}  # fmt: skip

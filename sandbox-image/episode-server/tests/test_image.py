@@ -1,16 +1,22 @@
-"""The sandbox image for real (podman): the episode API through podman's port mapping starts an
-episode, steps, evaluates and releases, and a released sandbox is clean. Every process in the
-container is non-root. Skipped unless the image is built (`make test-sandbox-image` builds it
-first); marked `image` and left out of `make test-episode` (the container takes a minute)."""
+"""The sandbox image for real (podman), in both run modes (docs/episode-api.md, "Run modes"):
+- the full sandbox: the episode API through podman's port mapping starts an episode, steps,
+  evaluates and releases, and a released sandbox is clean; every process is non-root;
+- `episode-server` (the operator's kubevirt backend): a second container whose episode server
+  drives the first container's desktop over podman's bridge, with the pool token, as it would a
+  VM's; its reset closes the windows the episode opened.
+Skipped unless the image is built (`make test-sandbox-image` builds it first); marked `image`
+and left out of `make test-episode` (a container takes about a minute on this machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -58,7 +64,7 @@ def _ready(http: httpx.Client) -> bool:
 
 
 @pytest.fixture(scope="module")
-def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
+def token_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     if not _image_exists():
         pytest.skip(f"{IMAGE} is not built: run `make test-sandbox-image` (builds it first)")
     secret_dir = tmp_path_factory.mktemp("secret")
@@ -66,27 +72,48 @@ def container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
     (secret_dir / "token").write_text(token)
     secret_dir.chmod(0o755)  # uid 1000 in the container reads it, as it reads a mounted Secret
     (secret_dir / "token").chmod(0o644)
+    return token, secret_dir
+
+
+@contextlib.contextmanager
+def _run(token_dir: tuple[str, Path], *args: str) -> Iterator[Container]:
+    """podman run IMAGE *args (options before the image, command after), its :8000 published on
+    loopback; yields once /readyz is 200; removes the container whatever happens."""
+    token, secret_dir = token_dir
+    opts, cmd = (list(args[: args.index(IMAGE)]), list(args[args.index(IMAGE) + 1 :]))
     port, name = free_port(), f"kubecua-episode-test-{secrets.token_hex(4)}"
     run = [*PODMAN, "run", "-d", "--rm", "--name", name, *LIMITS, "-p", f"127.0.0.1:{port}:8000"]
-    run += ["-v", f"{secret_dir}:/var/run/secrets/kubecua:ro", IMAGE]
+    run += ["-v", f"{secret_dir}:/var/run/secrets/kubecua:ro", *opts, IMAGE, *cmd]
     t0 = time.monotonic()
-    subprocess.run(run, check=True, capture_output=True)
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=120) as http:
         try:
+            subprocess.run(run, check=True, capture_output=True)
             deadline = t0 + 180
             while not _ready(http):
                 if time.monotonic() > deadline:
-                    logs = subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True)
-                    raise TimeoutError(f"container not ready in 180 s:\n{logs.stdout[-3000:]}")
-                time.sleep(0.2)
+                    raise TimeoutError(f"container not ready in 180 s:\n{_logs(name)[-3000:]}")
+                time.sleep(0.2)  # polling /readyz, the readiness condition
             yield Container(name, http, time.monotonic() - t0)
         finally:
             subprocess.run([*PODMAN, "rm", "-f", "-t", "5", name], capture_output=True)
 
 
-def _episode(http: httpx.Client, actions: list[str]) -> tuple[float, dict[str, Any]]:
-    started = http.post("/episodes", json={"task": TASK, **FAST})
+def _logs(name: str) -> str:
+    out = subprocess.run([*PODMAN, "logs", name], capture_output=True, text=True)
+    return out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def container(token_dir: tuple[str, Path]) -> Iterator[Container]:
+    with _run(token_dir, IMAGE) as c:
+        yield c
+
+
+def _episode(
+    http: httpx.Client, actions: list[str], task: dict[str, Any] = TASK
+) -> tuple[float, dict[str, Any]]:
+    started = http.post("/episodes", json={"task": task, **FAST})
     assert started.status_code == 201, started.text
     eid = started.json()["episode_id"]
     for action in actions:
@@ -120,3 +147,89 @@ def test_every_process_in_the_container_is_non_root(container: Container) -> Non
     rows = [line.split(None, 1) for line in top.stdout.splitlines()[1:] if line.strip()]
     assert any("kubecua_episode" in args for _, args in rows), top.stdout
     assert {user for user, _ in rows} == {"user"}, top.stdout
+
+
+# Remote mode: the setup clears the result itself (a remote home is not restored between
+# episodes) and opens gedit, a window the release must close.
+RESULT = "/home/user/remote.txt"
+REMOTE_TASK: dict[str, Any] = {
+    "id": "image-remote-write",
+    "instruction": "Write done into ~/remote.txt",
+    "config": [
+        {"type": "execute", "parameters": {"command": f"rm -f {RESULT}", "shell": True}},
+        {"type": "launch", "parameters": {"command": ["gedit", "--new-window"]}},
+    ],
+    "evaluator": {
+        "func": "check_include_exclude",
+        "result": {"type": "vm_command_line", "command": f"cat {RESULT}", "shell": True},
+        "expected": {"type": "rule", "rules": {"include": ["done"], "exclude": []}},
+    },
+}
+
+
+def _windows(desktop: httpx.Client) -> set[str]:
+    out = desktop.post("/execute", json={"command": ["wmctrl", "-l"]})
+    assert out.status_code == 200, out.text
+    return {line.split()[0] for line in out.json()["output"].splitlines() if line.strip()}
+
+
+def _wait_for(condition: Any, limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {limit} s waiting for {what}"
+        time.sleep(0.2)  # polling the desktop's window list
+
+
+def test_episode_server_mode_drives_another_containers_desktop(
+    container: Container, token_dir: tuple[str, Path]
+) -> None:
+    ip = subprocess.run([*PODMAN, "inspect", "-f", "{{.NetworkSettings.IPAddress}}",
+                         container.name], capture_output=True, text=True, check=True)  # fmt: skip
+    host = ip.stdout.strip()
+    assert host, "the full sandbox has no bridge address"
+    env = {"KUBECUA_DESKTOP_URL": f"http://{host}:5000", "KUBECUA_CDP_URL": f"http://{host}:9222",
+           "KUBECUA_VLC_URL": f"http://{host}:8080", "KUBECUA_DESKTOP_OS": "Ubuntu"}  # fmt: skip
+    opts = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+    auth = {"Authorization": f"Bearer {token_dir[0]}"}
+    with (
+        httpx.Client(base_url=f"http://{host}:5000", headers=auth, timeout=60) as desktop,
+        _run(token_dir, *opts, IMAGE, "episode-server") as remote,
+    ):
+        assert httpx.get(f"http://{host}:5000/screenshot").status_code == 401  # token needed
+        baseline = _windows(desktop)
+        http = remote.http
+        started = http.post("/episodes", json={"task": REMOTE_TASK, **FAST})
+        assert started.status_code == 201, started.text
+        eid = started.json()["episode_id"]
+        _wait_for(lambda: _windows(desktop) - baseline, 30, "gedit's window")
+        write = "import pathlib; (pathlib.Path.home() / 'remote.txt').write_text('done')"
+        for action in (write, "DONE"):
+            assert http.post(f"/episodes/{eid}/step", json={"action": action}).status_code == 200
+        assert http.post(f"/episodes/{eid}/evaluate").json()["score"] == 1.0
+        released = http.delete(f"/episodes/{eid}").json()
+        assert released["clean"] is True, released
+        assert _windows(desktop) == baseline  # the release closed gedit
+        assert 0 < released["reset_seconds"] < 30
+        # Doing nothing scores 0: the setup removed the previous episode's file.
+        score, released = _episode(http, [], REMOTE_TASK)
+        assert (score, released["clean"]) == (0.0, True)
+        assert _windows(desktop) == baseline
+        status = http.get("/status").json()
+        assert (status["episodes_served"], status["ready"]) == (2, True), status
+        assert "the home is not restored" in _logs(remote.name)
+        top = subprocess.run([*PODMAN, "top", remote.name, "user", "args"],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        assert "supervisord" not in top.stdout, top.stdout
+        assert "kubecua_episode" in top.stdout, top.stdout
+
+
+def test_episode_server_mode_names_a_bad_variable(token_dir: tuple[str, Path]) -> None:
+    bad = [*PODMAN, "run", "--rm", *LIMITS, "-e", "KUBECUA_SANDBOX_TOKEN=t"]
+    out = subprocess.run([*bad, IMAGE, "episode-server"], capture_output=True, text=True)
+    assert (out.returncode, "KUBECUA_DESKTOP_URL" in out.stderr) == (2, True), out.stderr
+    bad += ["-e", "KUBECUA_DESKTOP_URL=http://desk:5000", "-e", "KUBECUA_VLC_URL=http://vm:8080"]
+    out = subprocess.run([*bad, IMAGE, "episode-server"], capture_output=True, text=True)
+    assert (out.returncode, "KUBECUA_VLC_URL" in out.stderr) == (2, True), out.stderr
+    echo = subprocess.run([*PODMAN, "run", "--rm", *LIMITS, IMAGE, "id", "-u"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert echo.stdout.strip() == "1000"  # any other command runs as given, non-root
