@@ -65,9 +65,6 @@ SAVE_AS = gui(
     "    time.sleep(0.1)\n"
     "time.sleep(0.3)"
 )
-# The Save As dialog ignored a zero-length tap of Enter here (0 of 3 saved, warm or cold python);
-# Enter held for 0.1 s, as a person presses it, saved 3 of 3.
-SAVE = gui("pyautogui.keyDown('enter'); time.sleep(0.1); pyautogui.keyUp('enter')")
 task(
     "editor", "gedit-shopping-list",
     "The text editor has list.txt open with two items. Add the items eggs and bread on their own lines at the end, then save it as list-final.txt in your home folder.",
@@ -82,7 +79,7 @@ task(
         gui("pyautogui.write('bread', interval=0.02)"),
         SAVE_AS,
         gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
-        SAVE,
+        gui("pyautogui.press('enter')"),
     ],
     [
         gui("pyautogui.hotkey('ctrl', 'end')"),
@@ -90,7 +87,7 @@ task(
         gui("pyautogui.write('eggs', interval=0.02)"),
         SAVE_AS,
         gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
-        SAVE,
+        gui("pyautogui.press('enter')"),
     ],
     apps=["gedit"],
 )  # fmt: skip

@@ -42,6 +42,13 @@ class SettleOptions(_Wire):
     ignore_area_pixels: int = Field(
         default=400, ge=0, le=100_000, description="changes within a box this small are noise"
     )
+    done_min_seconds: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=10.0,
+        description="DONE/FAIL settle for at least this long: an app may still be saving while "
+        "its window looks still, and evaluation reads the files right after",
+    )
 
 
 class EpisodeCreate(_Wire):

@@ -47,5 +47,10 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.reset_failures = Counter(
+            "kubecua_sandbox_reset_failures_total",
+            "Releases whose reset or clean-check failed (the sandbox is then not ready)",
+            registry=r,
+        )
         self.busy = Gauge("kubecua_sandbox_busy", "1 while an episode runs", registry=r)
         self.ready = Gauge("kubecua_sandbox_ready", "1 when verified clean and ready", registry=r)

@@ -20,7 +20,7 @@ from kubecua_episode import actions, osworld
 from kubecua_episode.desktop import Desktop, DesktopError, is_black
 from kubecua_episode.metrics import Metrics
 from kubecua_episode.observe import build_observation, settle
-from kubecua_episode.reset import Resetter
+from kubecua_episode.reset import RemoteResetter, Resetter
 from kubecua_episode.settings import Settings
 from kubecua_sandbox_client import (
     EpisodeCreate,
@@ -88,7 +88,10 @@ class Sandbox:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.s, self.metrics = settings, metrics
         self.desktop = Desktop(settings.desktop_url, settings.token)
-        self.resetter = Resetter(settings.display, settings.home, settings.pristine_home)
+        self.resetter: Resetter | RemoteResetter = (
+            RemoteResetter(self.desktop) if settings.remote
+            else Resetter(settings.display, settings.home, settings.pristine_home)
+        )  # fmt: skip
         self.episode: Episode | None = None
         self.episodes_served = 0
         self.last_reset_seconds: float | None = None
@@ -103,8 +106,13 @@ class Sandbox:
         home, pristine = self.s.home, self.s.pristine_home
         if home and pristine and not pristine.exists():
             shutil.copytree(home, pristine, symlinks=True)
-        self.resetter.take_baseline()
-        self.baseline_windows = set(self.desktop.window_ids())
+        self.clean_problems = self.resetter.take_baseline()
+        if not self.clean_problems:  # wmctrl answers
+            self.baseline_windows = set(self.desktop.window_ids())
+        if self.s.remote:
+            log.warning("remote desktop %s: releases close the episode's windows only; the home "
+                        "is not restored (restarting the VM is the operator's job)",
+                        self.s.desktop_url)  # fmt: skip
         self.started = True
 
     def env(self) -> osworld.AttachedEnv:
@@ -179,7 +187,7 @@ class Sandbox:
             raise ApiError(502, "SetupFailed", f"task setup failed: {e}") from e
         setup_s = time.monotonic() - t0
         self.metrics.setup_duration.observe(setup_s)
-        obs = await self._observe(ep, with_settle=True)
+        obs = await self._observe(ep)
         log.info("episode started", extra={"episode": ep.id, "task": req.task.get("id")})
         ep.active, ep.last_call = 0, time.monotonic()
         return EpisodeStarted(episode_id=ep.id, instruction=req.task["instruction"],
@@ -188,11 +196,15 @@ class Sandbox:
     def _setup(self, task: dict[str, Any]) -> None:
         osworld.run_setup(self.env(), task.get("config") or [])
 
-    async def _observe(self, ep: Episode, with_settle: bool) -> tuple[Any, float]:
+    async def _observe(self, ep: Episode, final: bool = False) -> tuple[Any, float]:
+        """The screen once it has settled. After DONE/FAIL, for at least done_min_seconds: the
+        evaluation that follows reads files an app may still be writing (OSWorld sleeps 2 s)."""
         opts = ep.request.observation
         settle_opts = ep.request.settle
-        if not with_settle:
-            settle_opts = settle_opts.model_copy(update={"stable_frames": 1, "max_seconds": 0.0})
+        if final:
+            least = max(settle_opts.min_seconds, settle_opts.done_min_seconds)
+            update = {"min_seconds": least, "max_seconds": max(settle_opts.max_seconds, least)}
+            settle_opts = settle_opts.model_copy(update=update)
         grab = self.desktop.screenshot_png
         settled = await _in_thread(
             settle, grab, settle_opts, limit=self.s.step_timeout_s, reason="DesktopError"
@@ -231,7 +243,7 @@ class Sandbox:
         ep.last_action = kind or req.action
         ep.done = kind in ("DONE", "FAIL")
         action_s = time.monotonic() - t0
-        obs, settle_s = await self._observe(ep, with_settle=not ep.done)
+        obs, settle_s = await self._observe(ep, final=ep.done)
         self.metrics.settle_duration.observe(settle_s)
         self.metrics.step_duration.observe(time.monotonic() - t0)
         info.update(action_seconds=round(action_s, 4), settle_seconds=round(settle_s, 4))
@@ -297,6 +309,8 @@ class Sandbox:
         self.clean_problems, self.last_reset_seconds = problems, seconds
         self.episodes_served += 1
         self.metrics.reset_duration.observe(seconds)
+        if problems:
+            self.metrics.reset_failures.inc()
         extra = {"episode": ep.id, "reset_seconds": round(seconds, 3), "problems": problems,
                  "killed": self.resetter.killed}  # fmt: skip
         log.info("episode released", extra=extra)

@@ -4,11 +4,15 @@ readiness, Prometheus metrics, and the idle-timeout watchdog."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from conftest import IDLE_TIMEOUT_S, LocalSandbox
 
@@ -87,6 +91,61 @@ def test_release_closes_windows_and_removes_task_files(
     assert http.get("/readyz").status_code == 200
 
 
+def test_done_waits_for_an_app_still_writing_before_evaluation(http: httpx.Client) -> None:
+    """An app saves after its window already looks still (a dialog's async save); DONE settles
+    for done_min_seconds, so evaluation right after sees the file, as after OSWorld's 2 s."""
+    task = {
+        **WRITE_TASK,
+        "config": [],
+        "evaluator": {
+            "func": "exact_match",
+            "result": {"type": "vm_command_line", "command": "cat /home/user/late.txt 2>&1",
+                       "shell": True},
+            "expected": {"type": "rule", "rules": {"expected": "saved\n"}},
+        },
+    }  # fmt: skip
+    late = "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 1.5; echo saved > ~/late.txt'])"
+    for done_min, expected in ((0.0, 0.0), (2.0, 1.0)):
+        settle = {"max_seconds": 1.0, "done_min_seconds": done_min}
+        resp = http.post("/episodes", json={"task": task, **FAST, "settle": settle})
+        assert resp.status_code == 201, resp.text[:300]
+        eid = resp.json()["episode_id"]
+        assert http.post(f"/episodes/{eid}/step", json={"action": late}).status_code == 200
+        done = http.post(f"/episodes/{eid}/step", json={"action": "DONE"}).json()
+        assert done["info"]["settle_seconds"] >= done_min
+        assert http.post(f"/episodes/{eid}/evaluate").json()["score"] == expected
+        assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+
+
+def test_release_kills_what_an_action_forked_and_keeps_the_warm_executor(
+    http: httpx.Client, tmp_path: Path
+) -> None:
+    """Actions run forked from the desktop server's warm python; a process an action forks off
+    looks like that executor, and must die with the episode all the same."""
+    pidfile = tmp_path / "orphan.pid"
+    eid = _start(http, {**WRITE_TASK, "config": []})
+    orphan = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    )
+    assert http.post(f"/episodes/{eid}/step", json={"action": orphan}).status_code == 200
+    for _ in range(100):  # the grandchild writes its pid right after the fork
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    assert psutil.pid_exists(pid)
+    assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # The executor itself survived: the next episode's action still runs warm and works.
+    eid = _start(http, {**WRITE_TASK, "config": []})
+    step = http.post(f"/episodes/{eid}/step", json={"action": "pyautogui.moveTo(20, 20)"})
+    assert step.status_code == 200
+    assert "error" not in step.json()["info"]
+    assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "reason"),
     [
@@ -156,6 +215,45 @@ def test_metrics_count_episodes_and_durations(http: httpx.Client) -> None:
               if line.startswith("kubecua_sandbox_reset_duration_seconds_count")]  # fmt: skip
     assert counts
     assert float(counts[0].split()[-1]) >= 1
+
+
+def _metric(http: httpx.Client, name: str) -> float:
+    for line in httpx.get(str(http.base_url) + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not exported")
+
+
+def test_failed_clean_check_counts_a_reset_failure(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    """A window the reset cannot see (its client names the display by flag, not $DISPLAY, so it
+    is not an episode process) leaves the desktop unclean: that release must count."""
+    failures = "kubecua_sandbox_reset_failures_total"
+    before = _metric(http, failures)
+    xauth = httpx.post(sandbox.desktop_url + "/execute", json={"command": "echo $XAUTHORITY",
+                       "shell": True}, headers={"Authorization": f"Bearer {sandbox.token}"}
+                       ).json()["output"].strip()  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "XAUTHORITY": xauth}
+    stray = subprocess.Popen(["xmessage", "-display", f":{sandbox.display}", "-title",
+                              "kubecua-stray", "stray"], env=env)  # fmt: skip
+    try:
+        eid = _start(http, {**WRITE_TASK, "config": []})
+        for _ in range(100):  # settle-driven WAIT steps until the stray window is managed
+            if "kubecua-stray" in _windows(sandbox):
+                break
+            http.post(f"/episodes/{eid}/step", json={"action": "WAIT"})
+        released = http.delete(f"/episodes/{eid}").json()
+        assert released["clean"] is False
+        assert _metric(http, failures) == before + 1
+        assert "NotClean" in http.get("/readyz").json()["reason"]
+    finally:
+        stray.kill()
+        stray.wait()
+    # The next start finds the desktop unclean, resets again (clean now) and is refused with 503.
+    assert http.post("/episodes", json={"task": WRITE_TASK}).status_code == 503
+    assert http.get("/readyz").status_code == 200
+    assert _metric(http, failures) == before + 1  # a clean reset does not count
 
 
 def test_idle_episode_is_released_by_the_watchdog(
