@@ -84,7 +84,7 @@ class SandboxClient:
         if resp.status_code >= 400:
             raise _error_for(resp)
         try:
-            return model.model_validate(resp.json())
+            return model.model_validate_json(resp.content)  # one pass: no dict of the PNG first
         except (ValueError, ValidationError) as e:
             raise SandboxUnavailable(f"{method} {path}: bad response body: {e}") from e
 

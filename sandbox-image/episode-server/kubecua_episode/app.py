@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from kubecua_episode.desktop import DesktopError, authorize_requests_to
 from kubecua_episode.metrics import Metrics
@@ -107,6 +108,12 @@ def jsonable_errors(e: RequestValidationError) -> list[dict[str, Any]]:
     return [{"loc": list(err.get("loc", ())), "msg": err.get("msg", "")} for err in e.errors()]
 
 
+def _model_json(model: BaseModel, status_code: int = 200) -> Response:
+    """pydantic's own JSON for replies that carry a screenshot: FastAPI's path (validate again,
+    jsonable_encoder, json.dumps) cost ~1.5 ms a step on a 1920x1080 PNG, a tenth of a step."""
+    return Response(model.model_dump_json(), status_code, media_type="application/json")
+
+
 def _routes(app: FastAPI, sb: Sandbox, metrics: Metrics) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -121,13 +128,13 @@ def _routes(app: FastAPI, sb: Sandbox, metrics: Metrics) -> None:
     async def status() -> SandboxStatus:
         return sb.status((await sb.readiness()).ready)
 
-    @app.post("/episodes", status_code=201)
-    async def start(body: EpisodeCreate) -> EpisodeStarted:
-        return await sb.start(body)
+    @app.post("/episodes", status_code=201, response_model=EpisodeStarted)
+    async def start(body: EpisodeCreate) -> Response:
+        return _model_json(await sb.start(body), 201)
 
-    @app.post("/episodes/{episode_id}/step")
-    async def step(episode_id: str, body: StepRequest) -> StepResult:
-        return await sb.step(episode_id, body)
+    @app.post("/episodes/{episode_id}/step", response_model=StepResult)
+    async def step(episode_id: str, body: StepRequest) -> Response:
+        return _model_json(await sb.step(episode_id, body))
 
     @app.post("/episodes/{episode_id}/evaluate")
     async def evaluate(episode_id: str) -> Evaluation:
