@@ -6,3 +6,6 @@ desktop-host: setup-apt ## OSWorld conventions on this host (chrome link); needs
 	$$( [[ $$(id -u) -eq 0 ]] || echo sudo ) sandbox-image/install/link-chrome.sh
 test-desktop: desktop-env desktop-host ## desktop server tests against real Xvfb sessions
 	cd sandbox-image/desktop-server && .venv/bin/pytest -q
+.PHONY: bench-desktop
+bench-desktop: desktop-env desktop-host ## JSON: capture (MIT-SHM, XGetImage, ImageGrab) and encode at 1920x1080, GET /screenshot
+	cd sandbox-image/desktop-server && .venv/bin/python -m kubecua_desktop.bench

@@ -6,7 +6,7 @@ Reports median milliseconds over --repeat runs: capture (MIT-SHM, and the XGetIm
 both with the cursor and the BGRX->RGB conversion), the encodings (ours, and Pillow's PNG as
 OSWorld's anchor), capture plus PNG (the benchmark figure), and GET /screenshot end to end
 against a server it starts on the display, next to a trivial GET /platform. Leaves out the
-network (the episode server's bench covers it). S2's `make bench-sandbox` calls this.
+network (`make bench-sandbox` covers the whole step). `make bench-desktop` runs this.
 """
 
 from __future__ import annotations
