@@ -14,7 +14,8 @@ test-episode: sandbox-env ## episode server, task suite (reference/no-op/wrong) 
 # The image in both run modes (full sandbox; `episode-server` against another container's
 # desktop). hack/build-images.sh skips the build when the image's inputs are unchanged (label
 # io.kubecua.inputs); otherwise podman's layer cache applies. Cost on the shared 2-core machine:
-# a fresh build ~10 min, a code change ~45 s (layer cache), unchanged inputs 0.2 s; tests ~30 s.
+# a build without layer cache 2 min 43 s (quiet machine; about 10 min under heavy load), a code
+# change ~45 s (layer cache), unchanged inputs 0.2 s; tests ~30 s.
 TEST_TARGETS += test-sandbox-image
 test-sandbox-image: episode-env ## build the sandbox image (if its inputs changed), then test it in podman
 	hack/build-images.sh sandbox
