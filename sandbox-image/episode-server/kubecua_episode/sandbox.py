@@ -157,13 +157,20 @@ class Sandbox:
             raise ApiError(404, "UnknownEpisode", f"no episode {episode_id!r} on this sandbox")
         return self.episode
 
+    def localize(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task as this sandbox must run it: OSWorld's /home/user and CDP ports mapped to a
+        local sandbox's own. A remote desktop (a VM) runs OSWorld tasks unchanged: its Service
+        may publish CDP on another port, but inside the VM it is 9222 as the task says."""
+        if self.s.remote:
+            return task
+        task = osworld.map_home(task, self.s.home)
+        return dict(osworld.map_ports(task, self.s.cdp_port, free_port()))
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, req: EpisodeCreate) -> EpisodeStarted:
         if self.episode is not None or self.releasing:
             raise ApiError(409, "SandboxBusy", "this sandbox runs an episode; try another one")
-        task = osworld.map_home(req.task, self.s.home)
-        task = osworld.map_ports(task, self.s.cdp_port, free_port())
-        req = req.model_copy(update={"task": task})
+        req = req.model_copy(update={"task": self.localize(req.task)})
         try:
             osworld.validate_task(req.task)
         except osworld.TaskError as e:
