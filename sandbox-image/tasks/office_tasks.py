@@ -7,10 +7,29 @@ dialog and answers it, as a careful agent would."""
 from __future__ import annotations
 
 import io
+import re
+import zipfile
 
 import docx
 import openpyxl
 from taskkit import H, gui, task, wait_drawn, wait_window, write_bytes
+
+
+FIXED_TIME = (2026, 1, 1, 0, 0, 0)
+CORE_STAMP = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
+
+
+def stable(document: bytes) -> bytes:
+    """The same bytes on every run: openpyxl and python-docx stamp the current time into
+    docProps/core.xml and into every zip entry, so each regeneration rewrote the task JSON."""
+    src, out = zipfile.ZipFile(io.BytesIO(document)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "docProps/core.xml":
+                body = CORE_STAMP.sub(rb"\g<1>2026-01-01T00:00:00Z\g<2>", body)
+            dst.writestr(zipfile.ZipInfo(info.filename, FIXED_TIME), body, zipfile.ZIP_DEFLATED)
+    return out.getvalue()
 
 
 def xlsx(rows: list[tuple[object, ...]]) -> bytes:
@@ -21,7 +40,7 @@ def xlsx(rows: list[tuple[object, ...]]) -> bytes:
         ws.append(row)
     buf = io.BytesIO()
     wb.save(buf)
-    return buf.getvalue()
+    return stable(buf.getvalue())
 
 
 def docx_bytes(lines: list[str]) -> bytes:
@@ -30,7 +49,7 @@ def docx_bytes(lines: list[str]) -> bytes:
         doc.add_paragraph(line)
     buf = io.BytesIO()
     doc.save(buf)
-    return buf.getvalue()
+    return stable(buf.getvalue())
 
 
 def open_in_office(path: str, title: str) -> list[dict]:
