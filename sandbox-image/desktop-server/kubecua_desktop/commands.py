@@ -25,7 +25,7 @@ from kubecua_desktop.models import (
     Verification,
     VerifiedCommandRequest,
 )
-from kubecua_desktop.procs import CommandResult, normalise, run_command
+from kubecua_desktop.procs import CommandResult, run_command
 from kubecua_desktop.warm import WarmPython
 
 TIMEOUT = status.HTTP_504_GATEWAY_TIMEOUT
@@ -53,13 +53,8 @@ def _as_execute(result: CommandResult, timeout: float) -> tuple[int, ExecuteResu
 
 def _run(req: CommandRequest, timeout: float, warm: WarmPython | None) -> CommandResult:
     """desktop-env's pyautogui actions go to the warm executor when they may; the rest cold."""
-    argv = warm.accepts(req.command, req.shell) if warm is not None else None
-    if warm is not None and argv is not None:
-        code = normalise(req.command, shell=False)[2]
-        result = warm.run(code, argv, timeout)
-        if result is not None:
-            return result
-    return _start(req.command, shell=req.shell, timeout=timeout)
+    result = warm.run_command(req.command, req.shell, timeout) if warm is not None else None
+    return result if result is not None else _start(req.command, shell=req.shell, timeout=timeout)
 
 
 def execute(

@@ -74,11 +74,16 @@ class WarmPython:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
-    def accepts(self, command: str | Sequence[str], shell: bool) -> list[str] | None:
+    def run_command(
+        self, command: str | Sequence[str], shell: bool, timeout: float
+    ) -> CommandResult | None:
+        """Run an /execute command warm if it may (warm_argv, and `python` on PATH is ours);
+        None when it may not or the zygote is unavailable: the caller then runs it cold."""
         argv = warm_argv(command, shell)
-        if argv is None or not _same_interpreter(normalise(command, False)[0]):
+        if argv is None:
             return None
-        return argv
+        full = normalise(command, shell=False)  # [python, "-c", code, *argv]
+        return self.run(full[2], argv, timeout) if _same_interpreter(full[0]) else None
 
     def start(self) -> bool:
         """Start the zygote if it is not running; False if it cannot (then callers go cold)."""
