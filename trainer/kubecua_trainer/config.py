@@ -143,6 +143,13 @@ class RolloutConfig(_Model):
     keep_screenshots: int = Field(
         default=3, ge=1, description="K most recent screenshots in context."
     )
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="Updates the behaviour policy may lag: 0 = synchronous, 1 = step k+1 plays"
+        " while step k learns.",
+    )
 
 
 class TrainerConfig(_Model):
