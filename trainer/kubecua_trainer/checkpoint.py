@@ -5,7 +5,10 @@ load_policy or any HF Auto class, and by sglang's /update_weights_from_disk), op
 replay.pt, rng.pt (python, numpy, torch CPU and CUDA generators) and trainer_state.json. It is
 written under a temporary name and renamed, so a crash never leaves a half checkpoint that
 latest_checkpoint() would pick. Everything is read back with torch.load(weights_only=True), so a
-checkpoint volume cannot smuggle in pickled code.
+checkpoint volume cannot smuggle in pickled code. A distributed run (save_sharded_checkpoint)
+writes the same layout from rank 0, with the optimizer state keyed by parameter name and one RNG
+state per rank; single-process and distributed checkpoints do not resume each other (the
+optimizer formats differ), distributed ones resume at any world size.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForImageTextToText
 
+from kubecua_trainer.distributed import Dist
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
 from kubecua_trainer.replay import SuccessReplay
@@ -129,3 +133,125 @@ def load_checkpoint(
     if (ckpt / "rng.pt").is_file():
         _set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True))
     return {"step": int(state["step"]), "extra": state.get("extra", {})}
+
+
+def _fresh_tmp(root: Path, name: str) -> tuple[Path, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    return root / name, tmp
+
+
+def _publish_dir(tmp: Path, final: Path) -> str:
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return str(final)
+
+
+def save_weights(dir: str | Path, step: int, policy: Policy, keep: int = 2) -> str:
+    """<dir>/step-<step>: the model alone in the HF layout, for engines that load weights from
+    disk every step (sglang); not a checkpoint (no optimizer, no RNG). Keeps the last `keep`."""
+    final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
+    with policy.lock:
+        policy.model.save_pretrained(tmp)  # type: ignore[operator]
+    (tmp / STATE_FILE).write_text(json.dumps({"step": step}))
+    path = _publish_dir(tmp, final)
+    prune_checkpoints(dir, keep)
+    return path
+
+
+def save_sharded_weights(dir: str | Path, step: int, policy: Policy, d: Dist, keep: int = 2) -> str:
+    """save_weights for an FSDP2-sharded policy: gathered by all ranks, written by rank 0."""
+    from kubecua_trainer.sharded import full_state
+
+    state = full_state(policy.model, keep=d.is_main)
+    path = str(Path(dir) / f"step-{step:08d}")
+    if d.is_main:
+        final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
+        policy.model.save_pretrained(tmp, state_dict=state)  # type: ignore[operator]
+        (tmp / STATE_FILE).write_text(json.dumps({"step": step}))
+        path = _publish_dir(tmp, final)
+        prune_checkpoints(dir, keep)
+    d.barrier()
+    return path
+
+
+def save_sharded_checkpoint(
+    dir: str | Path,
+    step: int,
+    policy: Policy,
+    learner: Learner,
+    replay: SuccessReplay | None,
+    d: Dist,
+) -> str:
+    """The distributed checkpoint, in the same layout as save_checkpoint: the model gathered to
+    full tensors, the optimizer state keyed by parameter name (any world size can resume it) and
+    every rank's RNG states in rng.pt. Every rank calls it; rank 0 alone writes."""
+    from kubecua_trainer.sharded import full_state
+
+    state = full_state(policy.model, keep=d.is_main)
+    optimizer = learner.state_dict()
+    rngs = d.gather_to_main(_rng_state())
+    final = Path(dir) / f"step-{step:08d}"
+    if d.is_main:
+        final, tmp = _fresh_tmp(Path(dir), final.name)
+        policy.model.save_pretrained(tmp, state_dict=state)  # type: ignore[operator]
+        torch.save(optimizer, tmp / "optimizer.pt")
+        policy.processor.save_pretrained(tmp)
+        if replay is not None:
+            torch.save(replay.state_dict(), tmp / "replay.pt")
+        torch.save({"ranks": rngs}, tmp / "rng.pt")
+        meta = {"step": step, "extra": {"world_size": d.world}}
+        (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
+        _publish_dir(tmp, final)
+    d.barrier()  # nobody goes on (or prunes, or resumes) before the checkpoint exists
+    return str(final)
+
+
+def load_sharded_checkpoint(
+    path: str | Path,
+    policy: Policy,
+    learner: Learner,
+    replay: SuccessReplay | None,
+    d: Dist,
+) -> dict[str, Any]:
+    """Rank 0 reads the checkpoint and the other ranks receive it (no shared disk needed). A
+    checkpoint of another world size loads too: weights and optimizer state are full; ranks
+    beyond the saved ones start from fresh RNG seeds."""
+    from kubecua_trainer.sharded import load_full_state
+
+    ckpt = Path(path)
+    model_state: dict[str, torch.Tensor] = {}
+    opt: dict[str, Any] = {}
+    meta: dict[str, Any] = {}
+    rngs: list[Any] | None = None
+    if d.is_main:
+        meta = json.loads((ckpt / STATE_FILE).read_text())
+        dtype = next(policy.model.parameters()).dtype
+        loaded = AutoModelForImageTextToText.from_pretrained(
+            ckpt, dtype=dtype, local_files_only=True
+        )
+        model_state = loaded.state_dict()
+        del loaded
+        opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
+        saved = (
+            torch.load(ckpt / "rng.pt", weights_only=True)["ranks"]
+            if (ckpt / "rng.pt").is_file()
+            else []
+        )
+        rngs = [saved[r] if r < len(saved) else None for r in range(d.world)]
+    meta = d.broadcast(meta)
+    load_full_state(policy.model, model_state)
+    learner.load_state_dict(opt if d.is_main else {"steps": 0})
+    learner.steps = d.broadcast(learner.steps)
+    if replay is not None:
+        has = d.is_main and (ckpt / "replay.pt").is_file()
+        state = torch.load(ckpt / "replay.pt", weights_only=True) if has else None
+        state = d.broadcast(state)
+        if state is not None:
+            replay.load_state_dict(state)
+    mine = d.scatter_from_main(rngs)
+    if mine is not None:
+        _set_rng_state(mine)
+    return {"step": int(meta["step"]), "extra": meta.get("extra", {})}

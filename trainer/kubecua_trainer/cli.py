@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
         return 130
+    if not result.main:  # rank 0 prints the run's summary
+        return 0
     if result.stopped_at is not None:
         print(f"stopped by SIGTERM after step {result.stopped_at}; resume from the checkpoint")
     else:

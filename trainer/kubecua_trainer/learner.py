@@ -1,8 +1,12 @@
 """The learner: one AdamW step of the GRPO loss over a batch of token-exact samples.
 
 Samples are run one at a time (batch of one, no padding; gradients accumulate), which keeps the
-peak memory at one sequence. What it leaves out: several optimizer steps per batch (so the PPO
-ratio is 1 at the step; see loss.py) and data parallelism (FSDP2) across GPUs.
+peak memory at one sequence. Distributed (sharded.py, FSDP2): every rank gets the whole batch,
+trains its token-balanced share with the batch-wide aggregation weights, and FSDP sums the
+gradients, so the update equals the single-process one up to summation order. Ranks must run the
+same number of forward/backward passes (each one all-gathers), so a short share is padded with
+zero-weight passes. What it leaves out: several optimizer steps per batch (so the PPO ratio is 1
+at the step; see loss.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 import torch
 
+from kubecua_trainer.distributed import Dist, balance_by_tokens
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import AGGREGATIONS, token_loss
 from kubecua_trainer.model import Policy
@@ -27,14 +32,19 @@ class Learner:
         algo: Any,
         reference: Policy | None = None,
         optimizer: torch.optim.Optimizer | None = None,
+        net: torch.nn.Module | None = None,
+        dist: Dist | None = None,
     ):
         """optimizer: AdamW over the trainable parameters unless given (e.g. perf.MasterAdamW,
-        fp32 master weights + moments on the GPU or in host memory, for bf16 parameters)."""
+        fp32 master weights + moments on the GPU or in host memory, for bf16 parameters).
+        net, dist: the FSDP2 root (sharded.LogprobNet) and the ranks, in a distributed run."""
         if algo.kl_coef > 0 and reference is None:
             raise ValueError("algorithm.klCoef > 0 needs a reference policy")
         self.policy = policy
         self.algo = algo
         self.reference = reference
+        self.net = net
+        self.dist = dist or Dist()
         params = [p for p in policy.model.parameters() if p.requires_grad]
         self.optimizer = optimizer or torch.optim.AdamW(
             params, lr=algo.learning_rate, weight_decay=0.0
@@ -50,8 +60,11 @@ class Learner:
 
     def _sample_terms(self, sample: Sample, weight: float) -> dict[str, float]:
         """Forward + backward of one sample, its loss scaled by its aggregation weight."""
-        with self.policy.autocast():
-            logp, entropy = token_logprobs(self.policy, sample, self.algo.temperature)
+        if self.net is not None:
+            logp, entropy = self.net(sample, self.algo.temperature)
+        else:
+            with self.policy.autocast():
+                logp, entropy = token_logprobs(self.policy, sample, self.algo.temperature)
         mask = sample.loss_mask
         behaviour = sample.behaviour_logprobs[mask].to(logp.device)
         terms = token_loss(
@@ -66,7 +79,8 @@ class Learner:
             self._reference_logprobs(sample),
         )
         loss = terms.loss.sum() * weight
-        loss.backward()
+        # FSDP averages gradients over the ranks; each rank holds a part of one sum.
+        (loss * self.dist.world if self.net is not None else loss).backward()
         return {
             "loss": float(loss.detach()),
             "kl": float(terms.kl.sum()),
@@ -86,17 +100,23 @@ class Learner:
         weights = AGGREGATIONS[self.algo.aggregation](lengths)
         totals = dict.fromkeys(("loss", "kl", "entropy", "clipped", "mismatch"), 0.0)
         grad_norm = 0.0
+        work = self._my_share(samples, lengths, weights)
         with self.policy.lock:
             self.policy.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             try:
-                for sample, weight in zip(samples, weights, strict=True):
-                    for k, v in self._sample_terms(sample, weight).items():
-                        totals[k] += v
+                for i, (sample, weight, real) in enumerate(work):
+                    if self.net is not None:  # reduce-scatter the gradients once, at the end
+                        self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
+                    terms = self._sample_terms(sample, weight)
+                    for k, v in terms.items():
+                        totals[k] += v if real else 0.0
                 if samples:
                     grad_norm = float(self._clip_and_step())
             finally:
                 self.policy.model.eval()
+        if self.dist.enabled:
+            totals = dict(zip(totals, self.dist.sum(list(totals.values())), strict=True))
         self.steps += 1
         tokens = max(sum(lengths), 1)
         return {
@@ -111,16 +131,57 @@ class Learner:
             "seconds": time.perf_counter() - start,
         }
 
+    def _my_share(
+        self, samples: list[Sample], lengths: list[int], weights: list[float]
+    ) -> list[tuple[Sample, float, bool]]:
+        """(sample, weight, counts) to run here: all of them in one process; in a distributed run
+        this rank's token-balanced share, padded to the longest share with weight-0 passes."""
+        if not self.dist.enabled:
+            return list(zip(samples, weights, [True] * len(samples), strict=True))
+        if not samples:
+            return []
+        sizes = [int(s.input_ids.numel()) for s in samples]
+        shares = balance_by_tokens(sizes, self.dist.world)
+        mine = [(samples[i], weights[i], True) for i in shares[self.dist.rank]]
+        shortest = min(range(len(samples)), key=lambda i: sizes[i])
+        pad = max(len(s) for s in shares) - len(mine)
+        return mine + [(samples[shortest], 0.0, False)] * pad
+
     def _clip_and_step(self) -> torch.Tensor:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
+        if hasattr(norm, "full_tensor"):  # a DTensor: the norm over all shards
+            norm = norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
     def state_dict(self) -> dict[str, Any]:
+        """Single process: the optimizer's own state dict. Distributed (collective): the full
+        state keyed by parameter name on rank 0, so any world size can load it."""
+        if self.net is not None:
+            from kubecua_trainer.sharded import optimizer_full_state
+
+            state = optimizer_full_state(self.net, self.optimizer)
+            return {"optimizer_by_name": state, "steps": self.steps}
         return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(d["optimizer"])
+        """Distributed: rank 0 passes what state_dict() wrote, the other ranks {"steps": n}."""
+        if self.net is not None:
+            from kubecua_trainer.sharded import load_optimizer_full_state
+
+            if self.dist.is_main and "optimizer_by_name" not in d:
+                raise ValueError(
+                    "this checkpoint's optimizer state comes from a single-process run; a "
+                    "distributed run resumes only from a distributed run's checkpoint"
+                )
+            load_optimizer_full_state(self.net, self.optimizer, d.get("optimizer_by_name", {}))
+        elif "optimizer" not in d:
+            raise ValueError(
+                "this checkpoint's optimizer state comes from a distributed run; a single "
+                "process resumes only from a single-process run's checkpoint"
+            )
+        else:
+            self.optimizer.load_state_dict(d["optimizer"])
         self.steps = int(d["steps"])

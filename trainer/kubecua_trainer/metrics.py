@@ -28,6 +28,8 @@ STEP_GAUGES = {
     "advantage_std": "Standard deviation of the advantages trained on, last step.",
     "zero_variance_group_fraction": "Fraction of groups with identical rewards, last step.",
     "engine_tokens_per_second": "Generated tokens per second of rollout, last step.",
+    "weight_refresh_seconds": "Time to copy the updated weights into the engine, last step.",
+    "staleness_max": "Most updates any sample of the last step lagged the learner by.",
     "step": "Last completed training step.",
 }
 
@@ -67,6 +69,12 @@ class TrainerMetrics:
             P + "step_duration_seconds",
             "Wall time of a whole step (rollout + learning).",
             buckets=_SECONDS,
+            registry=r,
+        )
+        self.sample_staleness = Histogram(
+            P + "sample_staleness_steps",
+            "Updates between a trained sample's generating weights and the weights it updates.",
+            buckets=(0, 1, 2, 3, 4, 6, 8),
             registry=r,
         )
         self.generated_tokens = Counter(P + "generated_tokens", "Tokens sampled.", registry=r)

@@ -31,6 +31,7 @@ class Policy:
     device: torch.device
     dtype: torch.dtype  # compute dtype: bf16 autocast on GPU, fp32 on CPU
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    version: int = 0  # the training step whose update these weights include (0: initial)
 
     @property
     def image_pad_id(self) -> int:

@@ -90,4 +90,5 @@ class StatusPatcher:
             log.warning("status patch of %s/%s failed: %s", self.namespace, self.name, err)
             return False
         self._last.update(changed)
+        log.info("status of %s/%s patched: step %s", self.namespace, self.name, status.get("step"))
         return True

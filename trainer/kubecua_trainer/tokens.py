@@ -35,6 +35,7 @@ class Sample:
     advantage: float = 0.0
     group_id: str = ""
     task_id: str = ""
+    policy_version: int = 0  # the oldest weights (training step) any of its tokens came from
 
 
 def check_image_pads(sample: Sample, merge_size: int, image_pad_id: int) -> None:
@@ -89,6 +90,7 @@ class Conversation:
         self._images: list[Image.Image] = []
         self._pixels: list[torch.Tensor] = []
         self._grids: list[torch.Tensor] = []
+        self._versions: list[int] = []
         self._awaiting_generation = False
         self._observe(f"<|im_start|>system\n{system_prompt}<|im_end|>\n")
 
@@ -135,6 +137,7 @@ class Conversation:
         if len(gen.token_ids) != len(gen.logprobs):
             raise ValueError(f"{len(gen.token_ids)} ids but {len(gen.logprobs)} logprobs")
         self._append_assistant(list(gen.token_ids), list(gen.logprobs), trained=True)
+        self._versions.append(gen.policy_version)
 
     def add_assistant_text(self, text: str) -> None:
         """Append an earlier assistant reply as context (mask 0), for per-turn prompts."""
@@ -157,6 +160,7 @@ class Conversation:
             behaviour_logprobs=torch.tensor(self._logprobs, dtype=torch.float32),
             pixel_values=torch.cat(self._pixels) if self._pixels else None,
             image_grid_thw=torch.cat(self._grids) if self._grids else None,
+            policy_version=min(self._versions, default=0),
         )
         check_image_pads(sample, self._policy.merge_size, self._policy.image_pad_id)
         return sample

@@ -6,7 +6,10 @@ takes one optimizer step, saves a checkpoint every checkpoint.everySteps steps a
 and publishes metrics, the report and (in a cluster) the TrainingRun status. A run resumes
 from the latest checkpoint under its checkpoint directory on its own.
 
-Left out here: multi-node learning (trainer.nodes > 1) and the sglang engine's deployment.
+Under torchrun (trainer.nodes x gpusPerNode > 1 processes) the run is one job: each rank plays
+its share of the episodes, the learner is FSDP2-sharded, rank 0 writes checkpoints, status and
+report (distributed.py, sharded.py, docs/distributed-training.md). rollout.maxStaleness > 0 lets
+the next steps' episodes play while a step learns.
 Run: `python -m kubecua_trainer run examples/trainingrun-local.yaml`.
 """
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import random
 import signal
 import time
@@ -29,10 +34,15 @@ from kubecua_trainer.checkpoint import (
     checkpoint_time,
     latest_checkpoint,
     load_checkpoint,
+    load_sharded_checkpoint,
     prune_checkpoints,
     save_checkpoint,
+    save_sharded_checkpoint,
+    save_sharded_weights,
+    save_weights,
 )
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
+from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.metrics import TrainerMetrics
@@ -43,12 +53,15 @@ from kubecua_trainer.progress import RunProgress
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.episode import Rollout
-from kubecua_trainer.rollout.groups import Group, rollout_groups, tasks_for_step
+from kubecua_trainer.rollout.groups import Group, merge_groups, rollout_groups, tasks_for_step
 from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
 from kubecua_trainer.rollout.tasks import load_tasks
+from kubecua_trainer.sharded import generation_copy, refresh_weights, shard_policy
 from kubecua_trainer.sources import SandboxLeases, SandboxSource, build_source
 from kubecua_trainer.status import StatusPatcher, build_status
 from kubecua_trainer.tokens import check_image_pads
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,6 +85,7 @@ class RunResult:
     outcomes: Counter[str] = field(default_factory=Counter)
     last_checkpoint: str | None = None
     stopped_at: int | None = None  # a stop ended the run; its last completed step (0: none)
+    main: bool = True  # False on the ranks > 0 of a distributed run (no report, no history)
 
     @property
     def report(self) -> Path:
@@ -95,12 +109,36 @@ def seed_everything(seed: int) -> None:
 
 
 def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner]:
-    grad_ckpt = spec.trainer.gradient_checkpointing
-    policy = load_policy(spec.model.path, spec.model.dtype, gradient_checkpointing=grad_ckpt)
-    reference = None
-    if spec.algorithm.kl_coef > 0:  # k3 KL needs a frozen copy of the initial policy
-        reference = load_policy(spec.model.path, spec.model.dtype, device=str(policy.device))
+    """One process: the engine generates with the learner's own module."""
+    policy = load_policy(
+        spec.model.path, spec.model.dtype, None, spec.trainer.gradient_checkpointing
+    )
+    reference = _reference(spec, policy)
     return policy, Learner(policy, spec.algorithm, reference, optimizer=speed_up(policy, spec))
+
+
+def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learner, Policy]:
+    """Under torchrun: (policy, learner, the engine's policy). The learner's module is sharded
+    with FSDP2 and the engine gets a full copy of it, refreshed after every update."""
+    device = str(d.device())
+    policy = load_policy(
+        spec.model.path, spec.model.dtype, device, spec.trainer.gradient_checkpointing
+    )
+    reference = _reference(spec, policy)
+    gen = generation_copy(policy)
+    if spec.model.freeze_vision:
+        policy.model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
+    if spec.trainer.compile and policy.device.type == "cuda":
+        compile_layers(policy.model)
+    net = shard_policy(policy, offload=spec.trainer.optimizer_offload)
+    return policy, Learner(policy, spec.algorithm, reference, net=net, dist=d), gen
+
+
+def _reference(spec: TrainingRunSpec, policy: Policy) -> Policy | None:
+    if spec.algorithm.kl_coef <= 0:
+        return None
+    # k3 KL needs a frozen copy of the initial policy
+    return load_policy(spec.model.path, spec.model.dtype, device=str(policy.device))
 
 
 def speed_up(policy: Policy, spec: TrainingRunSpec) -> torch.optim.Optimizer | None:
@@ -170,18 +208,24 @@ class Stop:
 
 async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
     opts = opts or RunOptions()
-    stop = opts.stop or Stop()
-    if opts.handle_signals:
-        stop.listen(signal.SIGTERM)
+    d = init_from_env()
     try:
-        return await _train(run, opts, stop)
+        check_world(run.spec, d.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        stop = opts.stop or Stop()
+        if opts.handle_signals:
+            stop.listen(signal.SIGTERM)
+        try:
+            return await _train(run, opts, stop, d)
+        finally:
+            stop.close()
     finally:
-        stop.close()
+        shutdown(d)
 
 
 @dataclass
 class Saver:
-    """Writes checkpoints of one run and remembers the newest: step, path."""
+    """Writes checkpoints of one run and remembers the newest: step, path. Distributed, every
+    rank calls save() and resume() (they gather and broadcast) and rank 0 alone touches disk."""
 
     root: Path
     spec: TrainingRunSpec
@@ -189,51 +233,112 @@ class Saver:
     learner: Learner
     replay: SuccessReplay
     metrics: TrainerMetrics
+    dist: Dist = field(default_factory=Dist)
     step: int = 0
     path: str | None = None
 
     def resume(self) -> int:
         """Load the newest checkpoint under root if any; returns the first step to run."""
-        if (latest := latest_checkpoint(str(self.root))) is not None:
-            state = load_checkpoint(latest, self.policy, self.learner, self.replay)
+        latest = self.dist.broadcast(
+            latest_checkpoint(str(self.root)) if self.dist.is_main else None
+        )
+        if latest is not None:
+            if self.dist.enabled:
+                state = load_sharded_checkpoint(
+                    latest, self.policy, self.learner, self.replay, self.dist
+                )
+            else:
+                state = load_checkpoint(latest, self.policy, self.learner, self.replay)
             self.step, self.path = int(state["step"]), latest
-            self.metrics.checkpoint_written(checkpoint_time(latest))
+            if self.dist.is_main:
+                self.metrics.checkpoint_written(checkpoint_time(latest))
         return self.step + 1
 
     def save(self, step: int) -> str:
-        path = save_checkpoint(str(self.root), step, self.policy, self.learner, self.replay)
-        self.metrics.checkpoint_written(checkpoint_time(path))
-        prune_checkpoints(str(self.root), keep=self.spec.checkpoint.keep)
+        if self.dist.enabled:
+            path = save_sharded_checkpoint(
+                self.root, step, self.policy, self.learner, self.replay, self.dist
+            )
+        else:
+            path = save_checkpoint(str(self.root), step, self.policy, self.learner, self.replay)
+        if self.dist.is_main:
+            log.info("checkpoint of step %d written by rank %d: %s", step, self.dist.rank, path)
+            self.metrics.checkpoint_written(checkpoint_time(path))
+            prune_checkpoints(str(self.root), keep=self.spec.checkpoint.keep)
         self.step, self.path = step, path
         return path
 
+    def weights_for_engine(self, step: int, saved: str | None) -> str:
+        """A directory with this step's weights for servers that load from disk: the checkpoint
+        when one was written, else a weights-only copy under <root>/weights (last two kept)."""
+        if saved is not None:
+            return saved
+        if self.dist.enabled:
+            return save_sharded_weights(self.root / "weights", step, self.policy, self.dist)
+        return save_weights(self.root / "weights", step, self.policy)
 
-async def _train(run: TrainingRun, opts: RunOptions, stop: Stop) -> RunResult:
+
+@dataclass
+class Loop:
+    """What a run's steps share (built once by _train)."""
+
+    run: TrainingRun
+    ro: Rollout
+    tasks: list[dict]
+    saver: Saver
+    report: RunReport
+    patcher: StatusPatcher | None
+    progress: RunProgress
+    stop: Stop
+    opts: RunOptions
+    result: RunResult
+    dist: Dist
+    gen: Policy  # the engine's policy: the learner's own in a single process
+
+    @property
+    def spec(self) -> TrainingRunSpec:
+        return self.run.spec
+
+
+async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> RunResult:
     spec = run.spec
     out_dir, ckpt_root = run_dirs(spec)
     result = RunResult(out_dir)
-    seed_everything(spec.seed)
+    seed_everything(spec.seed + d.rank)  # ranks sample differently; rank 0 as a single process
     tasks = load_tasks(spec.tasks, run.namespace)
-    policy, learner = build_learner(spec)
+    if d.enabled:
+        policy, learner, gen = build_sharded_learner(spec, d)
+    else:
+        (policy, learner), gen = build_learner(spec), None
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
-    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics)
+    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d)
     first_step = saver.resume()
-    metrics.serve(spec.metrics.port, opts.metrics_addr)
-    patcher = StatusPatcher(run.name, run.namespace or "default") if opts.patch_status else None
+    if gen is not None:  # the engine's copy starts from the resumed (or initial) weights
+        refresh_weights(policy.model, gen, saver.step)
+    else:
+        gen = policy
+        policy.version = saver.step
+    if d.serves_metrics:
+        metrics.serve(spec.metrics.port, opts.metrics_addr)
+    patch = opts.patch_status and d.is_main
+    patcher = StatusPatcher(run.name, run.namespace or "default") if patch else None
     source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
     leases = SandboxLeases()
-    engine = build_engine(spec.rollout, policy)
-    with RunProgress(spec.steps, opts.console) as progress:
+    engine = build_engine(spec.rollout, gen)
+    with RunProgress(spec.steps, opts.console and d.is_main) as progress:
         try:
             progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
             await source.start(leases)
             wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
             if (await stop.unless_stopped(wait))[0]:
-                ro = Rollout(policy, engine, leases, source.token, spec.algorithm, spec.rollout)
+                ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
-                await _loop(first_step, run, ro, tasks, saver, report, patcher, progress, stop,
-                            opts, result)  # fmt: skip
+                loop = Loop(run, ro, tasks, saver, report, patcher, progress, stop, opts, result,
+                            d, gen)  # fmt: skip
+                if saver.path is not None and getattr(engine, "loads_from_disk", False):
+                    await _sync_engine(loop, saver.step, saver.path)
+                await _loop(first_step, loop)
             if stop.requested.is_set():
                 result.stopped_at = saver.step
                 progress.say(f"stopped; step {saver.step} is checkpointed: {saver.path}")
@@ -241,98 +346,151 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop) -> RunResult:
             await source.stop()
             await engine.close()
     result.last_checkpoint = saver.path
-    result.history = report.history()
+    result.history = report.history() if d.is_main else []
+    result.main = d.is_main
     return result
 
 
-async def _loop(
-    first_step: int,
-    run: TrainingRun,
-    ro: Rollout,
-    tasks: list[dict],
-    saver: Saver,
-    report: RunReport,
-    patcher: StatusPatcher | None,
-    progress: RunProgress,
-    stop: Stop,
-    opts: RunOptions,
-    result: RunResult,
-) -> None:
-    """Steps first_step..spec.steps; on a stop, checkpoint the last completed step and return."""
-    spec, learner, metrics = run.spec, saver.learner, saver.metrics
+async def _loop(first_step: int, lp: Loop) -> None:
+    """Steps first_step..spec.steps; on a stop, checkpoint the last completed step and return.
+
+    With rollout.maxStaleness s, the rollouts of steps k+1..k+s are started as soon as step k's
+    rollout is in, so they play while step k learns; their first generations then use the
+    weights of step k-1, which is s updates behind the policy that step k+s updates from. s = 0
+    is the synchronous loop: a step's episodes start after the previous update.
+    """
+    spec, saver, stop, d = lp.spec, lp.saver, lp.stop, lp.dist
+    inflight: dict[int, asyncio.Task[tuple[list[Group], dict[str, float]]]] = {}
+
+    def launch(step: int) -> None:
+        if step <= spec.steps and step not in inflight:
+            inflight[step] = asyncio.create_task(_rollout(step, lp))
+
     stats: dict[str, Any] = {}
-    for step in range(first_step, spec.steps + 1):
-        stop.finishing = False
-        one = _one_step(step, run, ro, tasks, learner, saver.replay, metrics, progress, stop)
-        done, new_stats = await stop.unless_stopped(one)
-        if not done:  # abandoned mid-rollout: the previous step is the last completed one
-            if stats and saver.step < step - 1:
-                _publish_status(step - 1, spec, stats, saver.save(step - 1), patcher)
-            return
-        stats = new_stats
-        stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
-        result.outcomes.update(stats.pop("outcomes"))
-        saved: str | None = None
-        if step % spec.checkpoint.every_steps == 0 or step == spec.steps or stop.requested.is_set():
-            saved = saver.save(step)
-        await ro.engine.update_weights(step, saved)  # hf: no-op; sglang: reload from disk
-        _publish(step, spec, stats, saved, report, metrics, patcher)
-        progress.end_step(stats)
-        if opts.on_step is not None:
-            opts.on_step(step, stats)
-        if stop.requested.is_set():
-            return
+    try:
+        for step in range(first_step, spec.steps + 1):
+            stop.finishing = False
+            launch(step)  # synchronous: only now, after the previous update
+            done, played = await stop.unless_stopped(inflight.pop(step))
+            if d.any(not done):  # abandoned mid-rollout (on any rank): the last step stands
+                if saver.step < step - 1:
+                    last = saver.save(step - 1)
+                    if lp.dist.is_main and stats:
+                        _publish_status(step - 1, spec, stats, last, lp.patcher)
+                return
+            stop.finishing = True  # the rollout is paid for: a stop now waits for the update
+            for ahead in range(step + 1, step + spec.rollout.max_staleness + 1):
+                launch(ahead)  # plays while this step learns
+            stats = await _learn_step(step, played, lp)
+            stopping = d.any(stop.requested.is_set())
+            saved: str | None = None
+            if step % spec.checkpoint.every_steps == 0 or step == spec.steps or stopping:
+                saved = saver.save(step)
+            await _sync_engine(lp, step, saved)
+            if d.is_main:
+                _publish(step, spec, stats, saved, lp.report, saver.metrics, lp.patcher)
+                lp.progress.end_step(stats)
+            if lp.opts.on_step is not None:
+                lp.opts.on_step(step, stats)
+            if stopping:
+                return
+    finally:
+        for task in inflight.values():
+            task.cancel()
+        await asyncio.gather(*inflight.values(), return_exceptions=True)
 
 
-async def _one_step(
-    step: int,
-    run: TrainingRun,
-    ro: Rollout,
-    tasks: list[dict],
-    learner: Learner,
-    replay: SuccessReplay,
-    metrics: TrainerMetrics,
-    progress: RunProgress,
-    stop: Stop,
-) -> dict[str, Any]:
-    spec, t0 = run.spec, time.monotonic()
-    step_tasks = tasks_for_step(tasks, step, spec.algorithm.tasks_per_step, spec.seed)
-    progress.start_step(step, len(step_tasks) * spec.algorithm.group_size)
+async def _rollout(step: int, lp: Loop) -> tuple[list[Group], dict[str, float]]:
+    """Play this rank's episodes of `step` (no collectives: it may run beside learning)."""
+    spec, t0, started = lp.spec, time.monotonic(), time.time()
+    step_tasks = tasks_for_step(lp.tasks, step, spec.algorithm.tasks_per_step, spec.seed)
+    lp.progress.start_step(step, len(step_tasks) * spec.algorithm.group_size)
 
     def on_episode(ep: EpisodeResult) -> None:
-        metrics.observe_episode(ep)
-        progress.episode_done(ep.outcome)
+        if not lp.dist.enabled:  # distributed: rank 0 counts every rank's, once gathered
+            lp.saver.metrics.observe_episode(ep)
+        lp.progress.episode_done(ep.outcome)
 
-    groups = await rollout_groups(ro, step_tasks, step, on_episode)
-    stop.finishing = True  # the rollout is paid for: a stop from here on waits for the update
-    rollout_seconds = time.monotonic() - t0
-    validate_samples(groups, image_pad_check(ro.policy))
-    batch = assemble_batch(groups, spec.algorithm, replay)
-    progress.learning(step)
-    learn = await _learn(learner, batch)
+    share = (lp.dist.rank, lp.dist.world)
+    groups = await rollout_groups(lp.ro, step_tasks, step, on_episode, share)
+    timing = {"rollout_started_at": started, "rollout_ended_at": time.time(),
+              "rollout_seconds": time.monotonic() - t0}  # fmt: skip
+    return groups, timing
+
+
+async def _learn_step(
+    step: int, played: tuple[list[Group], dict[str, float]], lp: Loop
+) -> dict[str, Any]:
+    """Gather the step's episodes from every rank, build the batch, learn, refresh the engine's
+    weights. Every rank runs it, in step order (it holds all of a step's collectives)."""
+    spec, d, metrics = lp.spec, lp.dist, lp.saver.metrics
+    mine, timing = played
+    t0 = time.monotonic()
+    groups = merge_groups(d.all_gather(mine)) if d.enabled else mine
     episodes = episodes_of(groups)
+    if d.enabled and d.is_main:
+        for ep in episodes:
+            metrics.observe_episode(ep)
+    validate_samples(groups, image_pad_check(lp.saver.policy))
+    batch = assemble_batch(groups, spec.algorithm, lp.saver.replay)
+    staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
+    lp.progress.learning(step)
+    learn_started = time.time()
+    learn = await _learn(lp.saver.learner, batch)
+    learn_ended = time.time()
+    refresh: dict[str, float] = {}
+    if d.enabled and lp.gen is not lp.saver.policy:
+        seconds = await asyncio.to_thread(refresh_weights, lp.saver.policy.model, lp.gen, step)
+        refresh["weight_refresh_seconds"] = seconds
+    else:
+        with lp.saver.policy.lock:
+            lp.saver.policy.version = step
     gen_tokens = sum(e.gen_tokens for e in episodes)
     stats: dict[str, Any] = {
         "step": step,
         **batch.stats(),
         **learn,
+        **refresh,
         "episodes": len(episodes),
         "outcomes": Counter(e.outcome for e in episodes),
-        "engine_tokens_per_second": gen_tokens / max(rollout_seconds, 1e-9),
-        "rollout_seconds": rollout_seconds,
-        "seconds_total": time.monotonic() - t0,
+        "engine_tokens_per_second": gen_tokens / max(timing["rollout_seconds"], 1e-9),
+        **timing,
+        "learn_started_at": learn_started,
+        "learn_ended_at": learn_ended,
+        "sandbox_seconds": sum(e.sandbox_seconds for e in episodes),
+        "staleness_max": float(max(staleness, default=0)),
+        "staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
+        "seconds_total": timing["rollout_seconds"] + time.monotonic() - t0,
     }
-    metrics.zero_variance_groups.inc(batch.zero_variance_groups)
-    metrics.replay_injections.inc(batch.replay_injections)
-    metrics.step_seconds.observe(stats["seconds_total"])
-    _save_episodes(groups, step, run)
+    stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
+    lp.result.outcomes.update(stats.pop("outcomes"))
+    if d.is_main:
+        for age in staleness:
+            metrics.sample_staleness.observe(age)
+        metrics.zero_variance_groups.inc(batch.zero_variance_groups)
+        metrics.replay_injections.inc(batch.replay_injections)
+        metrics.step_seconds.observe(stats["seconds_total"])
+        _save_episodes(groups, step, lp.run)
     return stats
+
+
+async def _sync_engine(lp: Loop, step: int, saved: str | None) -> None:
+    """Engines that load weights from disk (sglang) get this step's weights now, every step."""
+    engine = lp.ro.engine
+    if not getattr(engine, "loads_from_disk", False):
+        return
+    path = lp.saver.weights_for_engine(step, saved)  # collective when distributed
+    if lp.dist.is_main:
+        await engine.update_weights(step, path)
+    lp.dist.barrier()  # the servers hold step's weights before any rank says so
+    engine.weights_step = step  # type: ignore[attr-defined]
 
 
 async def _learn(learner: Learner, batch: Batch) -> dict[str, float]:
     if not batch.samples:  # every group was skipped: nothing to learn from this step
         return {}
-    # A thread keeps the event loop (metrics server, readiness polls) responsive meanwhile.
+    # A thread keeps the event loop (metrics server, readiness polls, rollouts that play ahead)
+    # responsive meanwhile.
     return dict(await asyncio.to_thread(learner.step, batch.samples))
 
 

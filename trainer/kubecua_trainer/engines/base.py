@@ -26,6 +26,7 @@ class Generation:
     token_ids: list[int]  # sampled ids, stop token included when it was sampled
     logprobs: list[float]  # behaviour log-prob of each sampled id, same length
     finish_reason: Literal["stop", "length"]
+    policy_version: int = 0  # the step whose weights generated it (Policy.version)
 
 
 class EngineError(RuntimeError):

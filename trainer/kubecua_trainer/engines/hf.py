@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -200,6 +200,7 @@ def generate_batch(policy: Policy, batch: list[_Request]) -> list[Generation]:
     recorder = _RecordLogprobs(s.temperature, s.top_p, policy.banned_ids)
     stop = list(s.stop_token_ids) or None
     with policy.lock, torch.no_grad(), policy.autocast():
+        version = policy.version
         policy.model.eval()
         seqs = policy.model.generate(  # type: ignore[operator]
             **inputs,
@@ -216,7 +217,8 @@ def generate_batch(policy: Policy, batch: list[_Request]) -> list[Generation]:
         )
     new = seqs[:, inputs["input_ids"].shape[1] :].cpu()
     logprobs = recorder.finish(seqs)
-    return [
+    cut = [
         cut_at_stop(new[i].tolist(), logprobs[i].tolist(), s.stop_token_ids, s.max_new_tokens)
         for i in range(len(batch))
     ]
+    return [replace(g, policy_version=version) for g in cut]

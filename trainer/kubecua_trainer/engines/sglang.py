@@ -10,8 +10,15 @@ loopback server that implements them (tests/test_engine_sglang.py).
 - Image pads are sent collapsed to one <|image_pad|> per image: sglang's processor expands each pad
   itself, and because the images are already at processor-aligned sizes it expands to exactly the
   count the trainer's Conversation holds. (To verify on a live server: prompt_tokens in meta_info.)
-- After each step the trainer saves an HF checkpoint on a shared volume and every server loads it
-  through /update_weights_from_disk {"model_path": dir}.
+- After EVERY step (not only at checkpoints) rank 0 writes the new weights in the HF layout on the
+  volume the servers mount (the checkpoint when one is due, else a weights-only copy under
+  <checkpoint root>/weights) and every server loads them through /update_weights_from_disk
+  {"model_path": dir, "weight_version": "<step>"}. Why this path and not the NCCL one
+  (/init_weights_update_group + /update_weights_from_distributed): it needs no NCCL group between
+  the trainer pods and the server pods (a port open both ways, the same NCCL in two images, the
+  server GPUs joining the trainer's world), works for any number of trainer ranks and servers,
+  and its cost (a 3B bf16 write + load, seconds) is hidden by rollout.maxStaleness >= 1.
+  /update_weights_from_tensor is for servers colocated on the trainer's GPUs, which we do not run.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import base64
 import io
 import itertools
 import logging
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -94,6 +102,8 @@ class SGLangEngine:
         self._client = httpx.AsyncClient(timeout=timeout_s)
         self.weights_step: int | None = None  # the step whose weights the servers hold
 
+    loads_from_disk = True  # the loop writes each step's weights for update_weights
+
     async def _post(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
             resp = await self._client.post(url, json=payload)
@@ -110,21 +120,19 @@ class SGLangEngine:
         self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
     ) -> Generation:
         payload = generate_payload(prompt_ids, images, sampling, self.image_pad_id)
+        version = self.weights_step or 0  # read before: a reload meanwhile only makes it newer
         body = await self._post(f"{next(self._next)}/generate", payload)
-        return parse_generation(body, sampling)
+        return replace(parse_generation(body, sampling), policy_version=version)
 
     async def update_weights(self, step: int, checkpoint_dir: str | None) -> None:
-        """Every server loads the checkpoint directory (on a volume they all mount).
-
-        Without a directory (no checkpoint this step) the servers keep their weights: rollouts go
-        off-policy by a few steps, which the learner's truncated importance weight accounts for.
-        """
+        """Every server loads the weights directory (on a volume they all mount); the training
+        loop hands one every step. Without a directory the servers keep their weights."""
         if checkpoint_dir is None:
             log.info(
                 "step %d: no checkpoint to load; sglang keeps step %s", step, self.weights_step
             )
             return
-        payload = {"model_path": checkpoint_dir}
+        payload = {"model_path": checkpoint_dir, "weight_version": str(step)}
         bodies = await asyncio.gather(
             *(self._post(f"{u}/update_weights_from_disk", payload) for u in self.urls)
         )

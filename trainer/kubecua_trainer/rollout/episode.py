@@ -84,11 +84,13 @@ async def play_episode(ro: Rollout, task: dict[str, Any], group_id: str, key: st
         async with ro.leases.lease() as lease:
             result.sandbox = lease.url
             client = SandboxClient(lease.url, ro.token, timeout=ro.rollout.episode_timeout_seconds)
+            held = time.monotonic()
             try:
                 if await _on_sandbox(ro, client, lease, task, result):
                     break
             finally:
                 await client.aclose()
+                result.sandbox_seconds += time.monotonic() - held
     result.seconds = time.monotonic() - started
     return result
 

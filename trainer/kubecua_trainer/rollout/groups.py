@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubecua_trainer.distributed import episode_owner
 from kubecua_trainer.rollout.episode import Rollout, play_episode
 from kubecua_trainer.rollout.records import EpisodeResult
 
@@ -50,8 +51,12 @@ async def rollout_groups(
     tasks: list[dict[str, Any]],
     step: int,
     on_episode: Callable[[EpisodeResult], None] | None = None,
+    share: tuple[int, int] = (0, 1),
 ) -> list[Group]:
-    """Play G episodes per task concurrently; return the groups in task order."""
+    """Play G episodes per task concurrently; return the groups in task order.
+
+    share (rank, world): play only the episodes this rank owns (distributed.episode_owner); the
+    groups then hold this rank's members, and the loop gathers the other ranks' (merge_groups)."""
     limit = asyncio.Semaphore(ro.rollout.max_in_flight_episodes)
     groups = [Group(str(t.get("id", i)), f"s{step:04d}-g{i:02d}") for i, t in enumerate(tasks)]
 
@@ -62,12 +67,25 @@ async def rollout_groups(
             on_episode(result)
         return result
 
-    jobs = [
-        one(task, group, e)
-        for task, group in zip(tasks, groups, strict=True)
+    rank, world = share
+    pairs = [
+        (t, g, e)
+        for t, g in zip(tasks, groups, strict=True)
         for e in range(ro.algorithm.group_size)
     ]
+    jobs = [one(t, g, e) for i, (t, g, e) in enumerate(pairs) if episode_owner(i, world) == rank]
     results = await asyncio.gather(*jobs)
     for r in results:
         next(g for g in groups if g.group_id == r.group_id).episodes.append(r)
     return groups
+
+
+def merge_groups(per_rank: list[list[Group]]) -> list[Group]:
+    """One rank's view of a step from every rank's groups: members joined, in episode order."""
+    merged = [Group(g.task_id, g.group_id) for g in per_rank[0]]
+    for groups in per_rank:
+        for mine, theirs in zip(merged, groups, strict=True):
+            mine.episodes += theirs.episodes
+    for g in merged:
+        g.episodes.sort(key=lambda e: e.key)
+    return merged

@@ -50,6 +50,7 @@ class EpisodeResult:
     final_screenshot: Image.Image | None = None
     samples: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
+    sandbox_seconds: float = 0.0  # time a sandbox was held for it (waiting for one excluded)
 
     @property
     def excluded(self) -> bool:

@@ -1,0 +1,123 @@
+"""The FSDP2 side of a distributed run: shard the learner's model, gather it back.
+
+- shard_policy: fully_shard on every decoder layer and vision block, then on a root module whose
+  forward is the learner's whole log-prob computation (so the root's hooks gather the embeddings
+  and the LM head for it). bf16 compute with fp32 gradient reduction when the parameters are fp32
+  on a GPU (model.dtype auto), as the single-process autocast does; parameters, gradients and
+  the AdamW step in host memory with trainer.optimizerOffload (FSDP2's CPUOffloadPolicy).
+- refresh_weights: after each update every rank's generation copy (a full, unsharded module used
+  by the hf engine) receives the new weights in memory, one all-gather per parameter.
+- full_state / load_full_state: the gathered state for rank 0's HF checkpoint, and its way back
+  into the shards (rank 0 reads, the others receive), whatever the world size was when written.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.model import Policy
+from kubecua_trainer.perf.checkpointing import layer_stacks
+from kubecua_trainer.tokens import Sample
+
+
+class LogprobNet(torch.nn.Module):
+    """FSDP2's root: forward(sample, temperature) -> log-probs and entropies of trained tokens."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.policy = policy
+        self.model = policy.model
+
+    def forward(self, sample: Sample, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.policy.autocast():
+            return token_logprobs(self.policy, sample, temperature)
+
+
+def generation_copy(policy: Policy) -> Policy:
+    """A full copy of the (not yet sharded) policy for the engine; bf16 on a GPU (generation
+    needs no fp32 master), the learner's dtype on the CPU so a refresh is bitwise."""
+    model = copy.deepcopy(policy.model)
+    if policy.device.type == "cuda":
+        model.to(torch.bfloat16)
+    model.eval()
+    return Policy(model, policy.processor, policy.tokenizer, policy.device, policy.dtype)
+
+
+def shard_policy(policy: Policy, offload: bool = False) -> LogprobNet:
+    params_fp32 = next(policy.model.parameters()).dtype == torch.float32
+    mp = None
+    if policy.device.type == "cuda" and params_fp32 and policy.dtype == torch.bfloat16:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    kwargs: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    for stack in layer_stacks(policy.model):
+        for layer in stack:
+            fully_shard(layer, **kwargs)
+    net = LogprobNet(policy)
+    fully_shard(net, **kwargs)
+    return net
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+@torch.no_grad()
+def refresh_weights(learner_model: torch.nn.Module, gen: Policy, version: int) -> float:
+    """Copy the learner's current weights into the generation copy (collective: every rank
+    calls it); returns the seconds it took. The engine is locked out meanwhile, so a generation
+    never mixes two versions."""
+    start = time.perf_counter()
+    target = dict(gen.model.named_parameters())
+    with gen.lock:
+        for name, p in learner_model.named_parameters():
+            full = _full(p.detach())
+            target[name].copy_(full.to(target[name].device, target[name].dtype))
+            del full
+        gen.version = version
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+@torch.no_grad()
+def full_state(learner_model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+    """The gathered model state dict on the CPU where keep (rank 0); collective."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in learner_model.state_dict().items():
+        full = _full(t)
+        if keep:
+            out[name] = full.detach().cpu().clone()
+        del full
+    return out
+
+
+def load_full_state(learner_model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Rank 0 passes the full state, the others {}; the shards are filled by broadcast."""
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(learner_model, dict(state), options=opts)
+
+
+def optimizer_full_state(net: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """The optimizer state keyed by parameter names (world-size independent); full on rank 0."""
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_optimizer_state_dict(net, optimizer, options=opts)
+
+
+def load_optimizer_full_state(net: torch.nn.Module, optimizer: Any, state: dict) -> None:
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_optimizer_state_dict(net, optimizer, optim_state_dict=state, options=opts)

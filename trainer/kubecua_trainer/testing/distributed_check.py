@@ -1,0 +1,126 @@
+"""Checks of the distributed learner that need real ranks, on the CPU with gloo (no desktops).
+
+Run as `torchrun --nproc-per-node 2 -m kubecua_trainer.testing.distributed_check MODEL_DIR WORKDIR`
+(tests/test_distributed_learner.py does). Every rank builds the same tiny policy and the same
+batch of token-exact samples (Conversations with screenshots, different lengths), then:
+1. equivalence: one FSDP2 learner step over the ranks against a plain single-process step on the
+   same samples (each rank runs the reference itself): loss, grad norm and the updated weights;
+2. weight refresh: after the update, every rank's generation copy equals the gathered learner
+   weights, bitwise (fp32 on the CPU);
+3. exact resume: a checkpoint written after step 1, loaded into a freshly sharded learner, gives
+   step 2 bitwise equal to the uninterrupted run's step 2 (weights, loss, RNG state).
+Rank 0 prints one JSON line with the figures; the test asserts on them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from kubecua_trainer.checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
+from kubecua_trainer.distributed import Dist, init_from_env, shutdown
+from kubecua_trainer.engines.base import Generation
+from kubecua_trainer.learner import Learner
+from kubecua_trainer.model import Policy, load_policy
+from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
+from kubecua_trainer.testing.images import screenshot
+from kubecua_trainer.tokens import Conversation, Sample
+
+ALGO = SimpleNamespace(
+    learning_rate=1e-3,
+    clip=SimpleNamespace(low=0.2, high=0.28),
+    tis_cap=2.0,
+    kl_coef=0.0,
+    aggregation="token",
+    temperature=1.0,
+    max_grad_norm=1.0,
+)
+
+
+def make_samples(policy: Policy, seed: int, n: int = 5) -> list[Sample]:
+    """n samples of 1-2 screenshots and 3-9 generated tokens, the same on every rank."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        conv = Conversation(policy, "Act.", 56 * 56 * 2)
+        for turn in range(1 + i % 2):
+            conv.add_user(f"sample {i} turn {turn}", screenshot(seed * 10 + i + turn))
+            k = 3 + (i * 2 + turn) % 7
+            ids = torch.randint(10, 200, (k,), generator=gen).tolist()
+            logprobs = (-torch.rand(k, generator=gen) * 4).tolist()
+            conv.add_generation(Generation(ids, logprobs, "length"))
+        s = conv.to_sample()
+        s.advantage = 1.0 if i % 2 else -0.8
+        out.append(s)
+    return out
+
+
+def sharded(model_dir: str, d: Dist) -> tuple[Policy, Learner, Policy]:
+    policy = load_policy(model_dir, "float32", "cpu")
+    gen = generation_copy(policy)
+    net = shard_policy(policy)
+    return policy, Learner(policy, ALGO, net=net, dist=d), gen
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+def main(model_dir: str, workdir: str) -> None:
+    d = init_from_env()
+    torch.manual_seed(0)
+    ref_policy = load_policy(model_dir, "float32", "cpu")
+    batch1 = make_samples(ref_policy, 1)
+    batch2 = make_samples(ref_policy, 2)
+    ref = Learner(ref_policy, ALGO).step(batch1)
+    ref_weights = {k: v.detach().clone() for k, v in ref_policy.model.state_dict().items()}
+
+    policy, learner, gen = sharded(model_dir, d)
+    got = learner.step(batch1)
+    weights1 = full_state(policy.model, keep=True)
+    refresh_seconds = refresh_weights(policy.model, gen, 1)
+    gen_weights = dict(gen.model.named_parameters())
+    refresh_equal = all(torch.equal(gen_weights[k], weights1[k]) for k in gen_weights)
+
+    path = save_sharded_checkpoint(workdir, 1, policy, learner, None, d)
+    rng_at_save = torch.get_rng_state()
+    step2 = learner.step(batch2)
+    weights2 = full_state(policy.model, keep=True)
+
+    torch.manual_seed(1234)  # a restarted process has another RNG state until the load
+    policy_b, learner_b, _ = sharded(model_dir, d)
+    load_sharded_checkpoint(path, policy_b, learner_b, None, d)
+    rng_restored = torch.equal(torch.get_rng_state(), rng_at_save)
+    step2_b = learner_b.step(batch2)
+    weights2_b = full_state(policy_b.model, keep=True)
+
+    checks = d.gather_to_main({"rank": d.rank, "refresh_bitwise": refresh_equal,
+                               "rng_restored": rng_restored})  # fmt: skip
+    if d.is_main:
+        print(json.dumps({
+            "world": d.world,
+            "single": {"loss": ref["loss"], "grad_norm": ref["grad_norm"]},
+            "sharded": {"loss": got["loss"], "grad_norm": got["grad_norm"]},
+            "rel_diff": {"loss": rel(got["loss"], ref["loss"]),
+                         "grad_norm": rel(got["grad_norm"], ref["grad_norm"])},
+            "weights_max_abs_diff": max_diff(weights1, ref_weights),
+            "weight_refresh_seconds": refresh_seconds,
+            "ranks": checks,
+            "resume": {"loss": [step2["loss"], step2_b["loss"]],
+                       "weights_bitwise": all(torch.equal(weights2[k], weights2_b[k])
+                                              for k in weights2),
+                       "steps": learner_b.steps},
+        }), flush=True)  # fmt: skip
+    shutdown(d)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], str(Path(sys.argv[2])))
