@@ -6,8 +6,12 @@ binaries hack/build-control-plane.sh builds from the Go module proxy; kwokctl do
 when every binary is given. kwok nodes stand in for kubelets: pods scheduled onto them become
 Running and Ready with an IP, but no container really runs.
 
+With `real_node=True` (`make cluster-up REAL_NODE=1`) a real node joins beside them
+(kubecua_testkit.node: containerd, kubelet, kube-proxy), and the kwok nodes get the taint
+kubecua.dev/kwok=true:NoSchedule, so pods land on the real node unless they tolerate kwok.
+
 Usage:
-    python -m kubecua_testkit.cluster up [--name kubecua] [--nodes 3]   # prints the kubeconfig path
+    python -m kubecua_testkit.cluster up [--name kubecua] [--nodes 3] [--real-node]
     python -m kubecua_testkit.cluster down [--name kubecua]
 """
 
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from kubecua_testkit import node as real
 from kubecua_testkit.tools import REPO, binary, cache_dir, run
 
 COMPONENTS = {
@@ -56,40 +61,76 @@ class Cluster:
 
 
 KWOKCTL_CONFIG = REPO / "hack" / "kwokctl.yaml"
+KWOK_TAINT = "kubecua.dev/kwok=true:NoSchedule"
 
 
-def _kwokctl(*args: str | os.PathLike[str], timeout: float = 180):
+def _kwokctl(*args: str | os.PathLike[str], timeout: float = 180, conf: Path = KWOKCTL_CONFIG):
     return run(
-        [binary("kwokctl"), "--config", KWOKCTL_CONFIG, *args],
+        [binary("kwokctl"), "--config", conf, *args],
         env={"KWOK_WORKDIR": str(workdir())},
         timeout=timeout,
     )
 
 
+def cluster_dir(name: str) -> Path:
+    return workdir() / "clusters" / name
+
+
 def kubeconfig_path(name: str) -> Path:
-    return workdir() / "clusters" / name / "kubeconfig.yaml"
+    return cluster_dir(name) / "kubeconfig.yaml"
 
 
-def up(name: str = "kubecua", nodes: int = 3) -> Cluster:
-    """Create (or reuse) cluster `name` with `nodes` Ready kwok nodes; idempotent."""
+def up(name: str = "kubecua", nodes: int = 3, real_node: bool = False) -> Cluster:
+    """Create (or reuse) cluster `name` with `nodes` Ready kwok nodes, and with `real_node` a
+    real node beside them; idempotent."""
     path = kubeconfig_path(name)
     if not (path.exists() and _healthy(path)):
         if path.exists():  # a stale cluster from a killed run: clear it first
             down(name)
+        conf = KWOKCTL_CONFIG
+        if real_node:  # the API server must be reachable from pods: see node.kwokctl_config
+            conf = workdir() / f"kwokctl-{name}.yaml"
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(real.kwokctl_config(real.node_ip(), cluster_dir(name) / "pki"))
         flags = [arg for flag, tool in COMPONENTS.items() for arg in (flag, str(binary(tool)))]
         _kwokctl(
             "create", "cluster", "--name", name, "--runtime", "binary",
             "--kube-authorization", "--kube-admission", "--wait", "120s", *flags,
             # kwokctl would otherwise merge a context into ~/.kube/config
             "--kubeconfig", str(workdir() / "contexts.yaml"),
+            conf=conf,
         )  # fmt: skip
     cluster = Cluster(name=name, kubeconfig=path)
     _kwokctl("scale", "node", "--name", name, "--replicas", str(nodes))
     wait_nodes_ready(cluster, nodes)
+    if real_node:
+        kwok = [n for n in _node_names(cluster) if n != real.NAME]
+        if kwok:
+            cluster.kubectl("taint", "nodes", *kwok, KWOK_TAINT, "--overwrite")
+        node_for(cluster).start(images=local_images())
     return cluster
 
 
+def node_for(cluster: Cluster) -> real.RealNode:
+    return real.RealNode(cluster.name, cluster.kubeconfig, cluster_dir(cluster.name) / "pki")
+
+
+def local_images() -> list[str]:
+    """kubecua's images that `make images` built into podman: the node runs those."""
+    out = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout.split()
+    return sorted(
+        ref for ref in out if ref.startswith("localhost/kubecua/") and "/pause:" not in ref
+    )
+
+
+def _node_names(cluster: Cluster) -> list[str]:
+    return [n.metadata.name for n in client.CoreV1Api(cluster.api_client()).list_node().items]
+
+
 def down(name: str = "kubecua") -> None:
+    owner = real.RUN_DIR / "cluster"
+    if owner.exists() and owner.read_text().strip() == name:
+        real.RealNode(name, kubeconfig_path(name), cluster_dir(name) / "pki").stop()
     _kwokctl("delete", "cluster", "--name", name)
 
 
@@ -124,12 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--name", default=os.environ.get("KUBECUA_CLUSTER", "kubecua"))
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument(
+        "--real-node", action="store_true", help="join a real node (containerd, kubelet)"
+    )
     args = parser.parse_args(argv)
     if args.action == "down":
         down(args.name)
         return 0
     started = time.monotonic()
-    cluster = up(args.name, args.nodes)
+    cluster = up(args.name, args.nodes, real_node=args.real_node)
     print(f"cluster {args.name} ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}", file=sys.stderr)
     print(cluster.kubeconfig)

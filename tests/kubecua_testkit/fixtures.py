@@ -3,6 +3,9 @@
 - `cluster` (session): a ready local control plane with 3 kwok nodes. Each pytest session gets
   its own cluster (name keyed by pid) and deletes it at the end, so suites never share state.
   Set KUBECUA_KUBECONFIG to run against an existing cluster instead (it is left running).
+- `real_node_cluster` (session): another local control plane, with a real node (containerd,
+  kubelet, kube-proxy; kubecua_testkit.node) beside one tainted kwok node, and kubecua's podman
+  images imported into the node. Stopped and deleted at the end, failures included.
 - `namespace` (function): a fresh namespace, deleted after the test.
 """
 
@@ -28,6 +31,16 @@ def cluster() -> Iterator[Cluster]:
     name = f"kubecua-test-{os.getpid()}"
     c = up(name, nodes=3)
     try:
+        yield c
+    finally:
+        down(name)
+
+
+@pytest.fixture(scope="session")
+def real_node_cluster() -> Iterator[Cluster]:
+    name = f"kubecua-real-{os.getpid()}"
+    try:
+        c = up(name, nodes=1, real_node=True)
         yield c
     finally:
         down(name)

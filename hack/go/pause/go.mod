@@ -1,0 +1,3 @@
+module kubecua.dev/hack/pause
+
+go 1.24.0
