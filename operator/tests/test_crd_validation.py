@@ -45,6 +45,12 @@ def with_spec(base: dict, **changes: Any) -> dict:
     return obj
 
 
+def named(base: dict, name: str) -> dict:
+    obj = json.loads(json.dumps(base))
+    obj["metadata"]["name"] = name
+    return obj
+
+
 KV = {"kubevirt": {"containerDisk": "img", "dataVolume": "dv"}}
 BAD = [
     ("negative replicas", with_spec(POOL, replicas=-1), "spec.replicas"),
@@ -145,6 +151,61 @@ BAD = [
         with_spec(RUN, sandboxes={"poolRef": "p", "minReady": 0}),
         "spec.sandboxes.minReady",
     ),
+    # Accepted before, but no cluster could run them (issue 13, finding 8).
+    ("pool name too long", named(POOL, "p" * 51), "at most 50 characters"),
+    ("pool name with a dot", named(POOL, "desks.v2"), "no dots"),
+    ("run name too long", named(RUN, "r" * 51), "at most 50 characters"),
+    (
+        "external port past 65535",
+        with_spec(
+            POOL, backend="external", desktop={"external": {"endpoints": ["http://10.0.0.1:99999"]}}
+        ),
+        "spec.desktop.external.endpoints[0]",
+    ),
+    (
+        "egress port zero",
+        with_spec(POOL, egress=[{"ports": [{"port": 0}]}]),
+        "spec.egress[0].ports[0].port",
+    ),
+    (
+        "egress cidr not a cidr",
+        with_spec(POOL, egress=[{"to": [{"ipBlock": {"cidr": "everywhere"}}]}]),
+        "spec.egress[0].to[0].ipBlock.cidr",
+    ),
+    (
+        "egress misspelt field",
+        with_spec(POOL, egress=[{"too": [{"podSelector": {}}]}]),
+        'unknown field "spec.egress[0].too"',
+    ),
+    (
+        "egress protocol",
+        with_spec(POOL, egress=[{"ports": [{"protocol": "ICMP", "port": 1}]}]),
+        "spec.egress[0].ports[0].protocol",
+    ),
+    (
+        "sandbox request above its limit",
+        with_spec(
+            POOL, desktop={"pod": {"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}}
+        ),
+        "a request must not exceed its limit",
+    ),
+    (
+        "sandbox memory not a quantity",
+        with_spec(POOL, desktop={"pod": {"resources": {"limits": {"memory": "lots"}}}}),
+        "spec.desktop.pod.resources.limits.memory",
+    ),
+    (
+        "trainer request above its limit",
+        with_spec(
+            RUN, trainer={"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}
+        ),
+        "a request must not exceed its limit",
+    ),
+    (
+        "token secret ref not a name",
+        with_spec(RUN, sandboxes={"poolRef": "p", "tokenSecretRef": "../etc"}),
+        "spec.sandboxes.tokenSecretRef",
+    ),
 ]
 
 
@@ -169,6 +230,18 @@ def test_api_server_refuses_bad_manifest_naming_the_field(cluster, crds, case, m
     [
         (POOL, {"spec": {"backend": "external"}}, "spec.backend is immutable"),
         (RUN, {"spec": {"sandboxes": {"poolRef": "other"}}}, "spec.sandboxes.poolRef is immutable"),
+        # Removal is a change too: otherwise remove in one patch, set anew in the next.
+        (
+            RUN,
+            {"spec": {"sandboxes": {"poolRef": None, "urls": ["http://a:1"]}}},
+            "spec.sandboxes.poolRef is immutable",
+        ),
+        (
+            with_spec(RUN, kueue={"queueName": "gpu"}),
+            {"spec": {"kueue": {"queueName": None}}},
+            "spec.kueue.queueName is immutable",
+        ),
+        (RUN, {"spec": {"kueue": {"queueName": "gpu"}}}, "spec.kueue.queueName is immutable"),
     ],
 )
 def test_immutable_fields_refuse_changes(cluster, crds, namespace, manifest, patch, message):
@@ -222,3 +295,45 @@ def test_kubectl_explain_reads_the_field_descriptions(cluster, crds):
     assert "Idle sandboxes kept beyond the leased ones" in out
     out = cluster.kubectl("explain", "trainingruns.spec.algorithm.clip.high").stdout
     assert "Upper clip" in out
+
+
+RESOURCES = {
+    "requests": {"cpu": "500m", "memory": 1073741824},
+    "limits": {"cpu": 2, "memory": "2Gi"},
+}
+GOOD = [
+    with_spec(
+        POOL,
+        egress=[
+            {
+                "to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}],
+                "ports": [{"port": 443}, {"port": "https", "protocol": "TCP"}],
+            },
+            {
+                "to": [
+                    {
+                        "namespaceSelector": {"matchLabels": {"team": "a"}},
+                        "podSelector": {
+                            "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]
+                        },
+                    }
+                ]
+            },
+        ],
+        desktop={"pod": {"resources": RESOURCES}},
+    ),
+    named(POOL, "p" * 50),
+    with_spec(
+        POOL, backend="external", desktop={"external": {"endpoints": ["http://10.0.0.1:65535/"]}}
+    ),
+    named(with_spec(RUN, trainer={"resources": {"limits": {"nvidia.com/gpu": 1}}}), "r" * 50),
+]
+
+
+@pytest.mark.parametrize("manifest", GOOD, ids=range(len(GOOD)))
+def test_api_server_accepts_the_valid_edges(cluster, crds, manifest):
+    proc = cluster.kubectl(
+        "create", "--dry-run=server", "-n", "default", "-f", "-",
+        input=yaml.safe_dump(manifest), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
