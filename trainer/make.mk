@@ -30,3 +30,10 @@ BENCH_TRAINER_PY ?= $(if $(wildcard trainer/.venv/bin/python),$(CURDIR)/trainer/
 .PHONY: bench-trainer
 bench-trainer: ## learner tokens/s, TFLOP/s, peak GiB vs naive transformers (GPU; CPU: toy smoke)
 	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.bench $(BENCH_ARGS)
+
+# The distributed learner on the GPUs there are (torchrun; NPROC=2 on a two-GPU machine): weight
+# refresh seconds for the 3B and 7B shapes, FSDP2 vs plain learner tokens/s (perf/distributed_bench.py).
+NPROC ?= 1
+.PHONY: bench-trainer-distributed bench-trainer-rollouts
+bench-trainer-distributed: ## weight refresh (3B, 7B) and FSDP2 vs plain learner speed (GPU; CPU: toy smoke)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m torch.distributed.run --nproc-per-node $(NPROC) -m kubecua_trainer.perf.distributed_bench $(BENCH_ARGS)

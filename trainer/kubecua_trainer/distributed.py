@@ -17,12 +17,13 @@ import heapq
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from kubecua_trainer.config import ConfigError, TrainingRunSpec
+if TYPE_CHECKING:
+    from kubecua_trainer.config import TrainingRunSpec
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ class Dist:
 
     @property
     def enabled(self) -> bool:
-        return self.world > 1
+        return dist.is_initialized() if self.world == 1 else self.world > 1
 
     @property
     def is_main(self) -> bool:
@@ -108,10 +109,11 @@ class Dist:
         return self.device() if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def init_from_env(timeout_minutes: float = 30.0) -> Dist:
-    """Join torchrun's process group when WORLD_SIZE > 1 (NCCL on GPUs, gloo on the CPU)."""
+def init_from_env(timeout_minutes: float = 30.0, min_world: int = 2) -> Dist:
+    """Join torchrun's process group when WORLD_SIZE >= min_world (NCCL on GPUs, gloo on the
+    CPU); the trainer runs a world of one as a plain single process (min_world 2)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if world < min_world or "RANK" not in os.environ:
         return Dist()
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     d = Dist(rank, world, local)
@@ -135,6 +137,8 @@ def spec_processes(spec: TrainingRunSpec) -> int:
 
 def check_world(spec: TrainingRunSpec, world: int, local_world: int) -> None:
     """Refuse, naming the fields, a launch the trainer cannot use as one job."""
+    from kubecua_trainer.config import ConfigError  # pydantic: not needed by the GPU benches
+
     episodes = spec.algorithm.tasks_per_step * spec.algorithm.group_size
     wanted = spec_processes(spec)
     if wanted > episodes:

@@ -1,9 +1,10 @@
 """Real model shapes with random weights, and synthetic multi-turn samples in the real layout.
 
-No weights are downloaded: the models are built from the public config values of Qwen2.5-VL-3B and
-Qwen3-VL-4B. A sample has per turn 20 prompt tokens, <|vision_start|>, t*h*w/4 image pads,
-<|vision_end|> and 100 generated tokens (loss mask 1): 8 turns at 1280x720 give 10,544 tokens and
-15 turns at 1920x1080 give 42,195, the issue's baseline lengths for Qwen2.5-VL.
+No weights are downloaded: the models are built from the public config values of Qwen2.5-VL-3B,
+Qwen2.5-VL-7B and Qwen3-VL-4B. A sample has per turn 20 prompt tokens, <|vision_start|>,
+t*h*w/4 image pads, <|vision_end|> and 100 generated tokens (loss mask 1): 8 turns at 1280x720
+give 10,544 tokens and 15 turns at 1920x1080 give 42,195, the issue's baseline lengths for
+Qwen2.5-VL.
 """
 
 from __future__ import annotations
@@ -33,6 +34,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                             "mrope_section": [16, 24, 24]}},
         "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
                           "num_heads": 16, "out_hidden_size": 2048, "patch_size": 14,
+                          "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
+    },
+    "qwen2_5_vl_7b": {
+        "model_type": "qwen2_5_vl",
+        "tie_word_embeddings": False,
+        "text_config": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+                        "num_attention_heads": 28, "num_key_value_heads": 4,
+                        "vocab_size": 152064, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                            "mrope_section": [16, 24, 24]}},
+        "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                          "num_heads": 16, "out_hidden_size": 3584, "patch_size": 14,
                           "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
     },
     "qwen3_vl_4b": {

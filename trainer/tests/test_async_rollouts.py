@@ -1,0 +1,91 @@
+"""rollout.maxStaleness: the next step's episodes play while a step learns, no sample is older than
+the bound, and GRPO with a behaviour policy one update behind still learns (the importance
+correction uses the recorded behaviour log-probs)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from loopback_sandbox import TOKEN, LoopbackSandbox
+from test_bandit import GROUP, NEW_TOKENS, STEPS, _collect
+from test_train import local_run
+
+from kubecua_trainer.advantage import assign_group_advantages
+from kubecua_trainer.config import AlgorithmConfig
+from kubecua_trainer.engines.hf import HFEngine
+from kubecua_trainer.learner import Learner
+from kubecua_trainer.model import Policy
+from kubecua_trainer.sharded import generation_copy, refresh_weights
+from kubecua_trainer.sources.static import StaticSource
+from kubecua_trainer.train import RunOptions, train
+
+
+@pytest.mark.asyncio
+async def test_staleness_one_plays_the_next_rollout_during_learning(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    with LoopbackSandbox() as a, LoopbackSandbox() as b:
+        run = local_run(tmp_path, tiny_model_dir, [a.url, b.url], steps=3, port=0)
+        run.spec.rollout.max_staleness = 1
+        run.spec.algorithm.dynamic_sampling = False  # every step learns
+        result = await train(
+            run, RunOptions(console=False, source=StaticSource([a.url, b.url], TOKEN))
+        )
+    rows = result.history
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for prev, nxt in itertools.pairwise(rows):
+        # step k+1's rollout started before step k's update ended, and ran past its start
+        assert nxt["rollout_started_at"] < prev["learn_ended_at"], (prev, nxt)
+        assert nxt["rollout_ended_at"] > prev["learn_started_at"], (prev, nxt)
+    assert all(0 <= r["staleness_max"] <= 1 for r in rows), rows
+    assert rows[0]["staleness_max"] == 0  # nothing is older than the initial weights
+    assert all(r["episodes"] == 8 for r in rows)
+
+
+@pytest.mark.asyncio
+async def test_synchronous_default_starts_each_rollout_after_the_update(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    with LoopbackSandbox() as a:
+        run = local_run(tmp_path, tiny_model_dir, [a.url], steps=2, port=0)
+        run.spec.algorithm.dynamic_sampling = False
+        assert run.spec.rollout.max_staleness == 0
+        result = await train(run, RunOptions(console=False, source=StaticSource([a.url], TOKEN)))
+    first, second = result.history
+    assert second["rollout_started_at"] >= first["learn_ended_at"]
+    assert first["staleness_max"] == second["staleness_max"] == 0
+
+
+def test_bandit_still_learns_when_generation_lags_one_update(policy: Policy) -> None:
+    """The engine generates from a separate copy refreshed one update late, as a staleness-1
+    run's rollouts do: from step 2 on, the samples of step k come from the weights of step k-2."""
+    torch.manual_seed(0)
+    algo = AlgorithmConfig(learning_rate=2e-2, group_size=GROUP, kl_coef=0.0)
+    learner = Learner(policy, algo)
+    behind = generation_copy(policy)
+
+    async def train_behind() -> tuple[list[float], list[int]]:
+        engine = HFEngine(behind)
+        means, ages = [], []
+        samples = await _collect(engine, behind, 0)
+        for step in range(1, STEPS + 1):
+            ages += [step - 1 - s.policy_version for s in samples]
+            means.append(sum(s.reward for s in samples) / len(samples))
+            kept, _ = assign_group_advantages(samples, algo.normalize_std, algo.dynamic_sampling)
+            upcoming = asyncio.create_task(_collect(engine, behind, step))  # plays meanwhile
+            metrics = await asyncio.to_thread(learner.step, kept)
+            assert metrics["tokens"] == NEW_TOKENS * len(kept)
+            samples = await upcoming
+            refresh_weights(policy.model, behind, step)
+        await engine.close()
+        return means, ages
+
+    means, ages = asyncio.run(train_behind())
+    assert ages == [0] * (2 * GROUP) + [1] * (2 * GROUP * (STEPS - 1)), ages
+    first, last = sum(means[:3]) / 3, sum(means[-3:]) / 3
+    assert first < 0.25, means
+    assert last > first + 0.3, means
