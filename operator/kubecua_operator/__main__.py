@@ -14,7 +14,7 @@ import logging
 
 import kopf
 
-from kubecua_operator import logging_setup
+from kubecua_operator import logging_setup, tokens
 from kubecua_operator import main as _handlers  # noqa: F401  (registers the kopf handlers)
 
 
@@ -25,6 +25,10 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", default="", help="e.g. http://0.0.0.0:8081/healthz")
     args = parser.parse_args(argv)
     logging_setup.configure(logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        tokens.key()  # refuse to start with no usable key rather than fail at the first pool
+    except tokens.TokenKeyError as err:
+        parser.error(str(err))
     asyncio.run(
         kopf.operator(
             namespaces=args.namespace,

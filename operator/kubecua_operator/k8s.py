@@ -13,7 +13,10 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
+from kubecua_operator import names
+from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.metrics import API_REQUESTS
 
 log = logging.getLogger(__name__)
@@ -57,10 +60,20 @@ class Kube:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = ctype or "application/json"
-        return self.api.call_api(
-            path, method, header_params=headers, body=body, response_type="object",
-            auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
-        )  # fmt: skip
+        try:
+            out = self.api.call_api(
+                path, method, header_params=headers, body=body, response_type="object",
+                auth_settings=["BearerToken"], _return_http_data_only=True, _request_timeout=30,
+            )  # fmt: skip
+        except ApiException as err:
+            # 5xx and status 0 (no HTTP answer) mean the API is down or restarting.
+            (HEALTH.failed if err.status in (0, None) or err.status >= 500 else HEALTH.ok)()
+            raise
+        except (HTTPError, OSError):
+            HEALTH.failed()
+            raise
+        HEALTH.ok()
+        return out
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
@@ -151,9 +164,23 @@ def _contains(current: Any, want: Any) -> bool:
 
 
 def adopt(obj: Obj, owner: Any) -> Obj:
-    """Owner reference (and kopf's label/namespace harmonising) from `owner`, in place."""
-    kopf.adopt(obj, owner=owner)
+    """Owner reference to `owner`, and the owner's labels except reserved keys, in place.
+
+    Not kopf.adopt: that copies every label of the owner, so a user could label a pool
+    `kubecua.dev/client-of-<victim>` and its pods would pass another pool's NetworkPolicy.
+    blockOwnerDeletion stays off: setting it needs `update` on the owner's finalizers, a verb
+    the operator does not otherwise need (it only matters to foreground deletion)."""
+    kopf.append_owner_reference(obj, owner=owner, block_owner_deletion=False)
+    labels = obj.setdefault("metadata", {}).setdefault("labels", {})
+    for key, value in names.user_labels(owner["metadata"].get("labels")).items():
+        labels.setdefault(key, value)
     return obj
+
+
+def controller_uid(obj: Obj) -> str:
+    """The uid of the object's controlling owner, '' when it has none."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((r.get("uid", "") for r in refs if r.get("controller")), "")
 
 
 _lock = threading.Lock()

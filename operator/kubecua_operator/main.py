@@ -1,7 +1,8 @@
-"""kopf registrations only: each handler hands over to a reconcile function or an index summary.
+"""kopf registrations only: each handler hands over to a reconcile loop or an index summary.
 
 Children are tracked with kopf indexes (a cache of the world, updated by watches); child events
-only wake the owner's loop, which then reconciles from the indexes and its own spec.
+only wake the owner's loop, which then reconciles from the indexes and its own spec. Pools and runs
+get their loops from watch events (loops.py), not kopf daemons, so kopf adds no finalizer.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 
 import kopf
 
-from kubecua_operator import metrics, names, wakeups
+from kubecua_operator import loops, metrics, names, wakeups
 from kubecua_operator import settings as settings_mod
+from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.sandboxpool import reconcile as pools
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
 from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod
@@ -35,6 +37,22 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=cfg.api_concurrency + 8)
     asyncio.get_running_loop().set_default_executor(executor)
     metrics.start_server(cfg.metrics_port, cfg.metrics_host)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    await POOL_LOOPS.stop_all()
+    await RUN_LOOPS.stop_all()
+
+
+@kopf.on.probe(id="apiReachable")
+async def api_reachable(**_: Any) -> float:
+    """Liveness: fails once the API has been unreachable longer than api_grace_seconds (the
+    indexes then cannot be trusted; a restart re-lists everything)."""
+    down = HEALTH.unreachable_for()
+    if down > settings_mod.get().api_grace_seconds:
+        raise kopf.PermanentError(f"Kubernetes API unreachable for {down:.0f}s")
+    return round(down, 1)
 
 
 @kopf.index("pods", labels=IN_POOL)
@@ -60,15 +78,34 @@ async def wake_pool(**kw: Any) -> None:
     wakeups.signal("SandboxPool", kw["namespace"], kw["labels"][POOL])
 
 
-@kopf.daemon(G, V, "sandboxpools", cancellation_timeout=2)
-async def pool_daemon(**kw: Any) -> None:
-    indexes = [kw["sandbox_pods"], kw["sandbox_services"], kw["sandbox_slices"]]
-    await pools.run_pool_loop(kw["body"], kw["stopped"], indexes)
+_INDEXES: dict[str, Any] = {}  # kopf's index objects, live views handed to every handler
+
+
+def _pool_loop(live: loops.Live) -> Any:
+    names_ = ("sandbox_pods", "sandbox_services", "sandbox_slices")
+    return pools.run_pool_loop(live, [_INDEXES[n] for n in names_])
+
+
+def _run_loop(live: loops.Live) -> Any:
+    return runs.run_loop(live, _INDEXES["trainer_jobs"], _INDEXES["pool_readiness"])
+
+
+POOL_LOOPS = loops.Loops(_pool_loop)
+RUN_LOOPS = loops.Loops(_run_loop)
+
+
+def _keep_indexes(kw: dict[str, Any]) -> None:
+    for name in ("sandbox_pods", "sandbox_services", "sandbox_slices", "trainer_jobs",
+                 "pool_readiness"):  # fmt: skip
+        _INDEXES[name] = kw[name]
 
 
 @kopf.index(G, V, "sandboxpools")
 async def pool_readiness(**kw: Any) -> dict:
-    return {(kw["namespace"], kw["name"]): int(kw["status"].get("readyReplicas") or 0)}
+    """Per pool: ready sandboxes, uid (its token Secret's name) and backend, for its runs."""
+    ready = int(kw["status"].get("readyReplicas") or 0)
+    backend = kw["spec"].get("backend", "pod")
+    return {(kw["namespace"], kw["name"]): (ready, kw["uid"], backend)}
 
 
 @kopf.index(G, V, "trainingruns")
@@ -80,6 +117,8 @@ async def runs_by_pool(**kw: Any) -> dict | None:
 @kopf.on.event(G, V, "sandboxpools")
 async def wake_pool_and_runs(**kw: Any) -> None:
     namespace, name = kw["namespace"], kw["name"]
+    _keep_indexes(kw)
+    POOL_LOOPS.observe(kw["type"], dict(kw["body"]))
     wakeups.signal("SandboxPool", namespace, name)
     for run in kw["runs_by_pool"].get((namespace, name), []):
         wakeups.signal("TrainingRun", namespace, run)
@@ -91,11 +130,12 @@ async def trainer_jobs(**kw: Any) -> dict:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=TRAINER_JOB)
-@kopf.on.event(G, V, "trainingruns")
 async def wake_run(**kw: Any) -> None:
-    wakeups.signal("TrainingRun", kw["namespace"], kw["labels"].get(RUN, kw["name"]))
+    wakeups.signal("TrainingRun", kw["namespace"], kw["labels"][RUN])
 
 
-@kopf.daemon(G, V, "trainingruns", cancellation_timeout=2)
-async def run_daemon(**kw: Any) -> None:
-    await runs.run_loop(kw["body"], kw["stopped"], kw["trainer_jobs"], kw["pool_readiness"])
+@kopf.on.event(G, V, "trainingruns")
+async def run_event(**kw: Any) -> None:
+    _keep_indexes(kw)
+    RUN_LOOPS.observe(kw["type"], dict(kw["body"]))
+    wakeups.signal("TrainingRun", kw["namespace"], kw["name"])

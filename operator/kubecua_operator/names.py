@@ -18,6 +18,11 @@ OPERATOR_POD_LABEL = {"app.kubernetes.io/name": "kubecua-operator"}
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TOKEN_KEY = "token"
 TOKEN_MOUNT = "/var/run/kubecua/sandbox-token"
+TOKEN_SECRET_TYPE = f"{GROUP}/sandbox-token"  # never kubernetes.io/service-account-token
+MIN_TOKEN_BYTES = 16
+# Label domains the operator owns or that select traffic and workloads: a user's value for any
+# key in them (e.g. kubecua.dev/client-of-<pool>) is never copied onto a child.
+RESERVED_LABEL_DOMAINS = ("kubecua.dev", "kubernetes.io", "k8s.io", "x-k8s.io")
 
 PORTS = {"episodes": 8000, "desktop": 5000, "cdp": 9222, "vlc": 8080}
 
@@ -25,6 +30,23 @@ PORTS = {"episodes": 8000, "desktop": 5000, "cdp": 9222, "vlc": 8080}
 def client_label(pool: str) -> str:
     """The label the pool's NetworkPolicy admits: `kubecua.dev/client-of-<pool>=true`."""
     return f"{GROUP}/client-of-{pool}"
+
+
+def reserved_label(key: str) -> bool:
+    """Whether a label key is the operator's or Kubernetes': never taken from a user's object.
+
+    >>> [reserved_label(k) for k in ("kubecua.dev/client-of-x", "app.kubernetes.io/name", "team")]
+    [True, True, False]
+    >>> reserved_label("kueue.x-k8s.io/queue-name"), reserved_label("evil.kubecua.dev/x")
+    (True, True)
+    """
+    domain = key.partition("/")[0] if "/" in key else ""
+    return any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS)
+
+
+def user_labels(labels: dict[str, str] | None) -> dict[str, str]:
+    """A user's labels minus reserved keys: what may be copied from a pool or run to children."""
+    return {k: v for k, v in (labels or {}).items() if not reserved_label(k)}
 
 
 def pool_labels(pool: str) -> dict[str, str]:
@@ -53,7 +75,20 @@ def sandbox_index(pool: str, name: str) -> int | None:
 
 
 def token_secret(pool: str) -> str:
+    """The token Secret of an external pool, made by its owner beforehand (the operator reads
+    nothing from it)."""
     return f"{pool}-sandbox-token"
+
+
+def own_token_secret(pool: str, uid: str) -> str:
+    """The token Secret the operator makes for a pod or KubeVirt pool. Its name carries the pool's
+    uid, so no Secret can exist under it before the pool does: the operator never mounts a
+    namesake someone else made (it may not read Secrets to tell them apart)."""
+    return f"{pool}-sandbox-token-{uid.replace('-', '')[:10]}"
+
+
+def run_network_policy(run: str) -> str:
+    return f"{run}-run"
 
 
 def network_policy(pool: str) -> str:

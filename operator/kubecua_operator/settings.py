@@ -33,6 +33,23 @@ class Settings(BaseModel):
     unschedulable_grace_seconds: float = Field(0.0, ge=0, description="Before ScalingLimited.")
     metrics_port: int = Field(8080, ge=0, le=65535, description="Operator /metrics; 0 is off.")
     metrics_host: str = Field("0.0.0.0", description="Bind address of /metrics.")
+    namespace: str = Field(
+        "", description="The operator's own namespace (its pods' NetworkPolicy peer); default: "
+        "the in-cluster service account's, else kubecua-system."
+    )  # fmt: skip
+    token_key_file: str = Field(
+        "", description="Key the pool tokens are derived from (the chart mounts a Secret); "
+        "default ~/.cache/kubecua/operator-token.key, made on first use."
+    )  # fmt: skip
+    relist_seconds: float = Field(
+        60.0, gt=0, description="Each pool re-lists its children this often (cache check)."
+    )
+    api_grace_seconds: float = Field(
+        30.0, gt=0, description="Liveness fails after the API is unreachable this long."
+    )
+    event_interval_seconds: float = Field(
+        300.0, ge=0, description="The same Event about one object at most this often."
+    )
 
 
 @lru_cache(maxsize=1)

@@ -150,9 +150,20 @@ def kube(cluster: Any) -> Kube:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Any, crds: None, tmp_path_factory: Any) -> Iterator[OperatorProcess]:
+def token_key(tmp_path_factory: Any) -> Path:
+    """The key pool tokens are derived from; one per session, kept across operator restarts."""
+    path = tmp_path_factory.mktemp("key") / "token.key"
+    path.write_text(os.urandom(32).hex())
+    return path
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: Any, crds: None, tmp_path_factory: Any, token_key: Path
+) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(Path(cluster.kubeconfig), log, {})
+    env = {"KUBECUA_OPERATOR_TOKEN_KEY_FILE": str(token_key)}
+    proc = OperatorProcess(Path(cluster.kubeconfig), log, env)
     proc.start()
     try:
         yield proc

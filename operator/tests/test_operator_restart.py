@@ -21,4 +21,5 @@ def test_killed_operator_resumes_without_duplicates_or_orphans(kube, operator, n
         owners = obj["metadata"]["ownerReferences"]
         assert [o["uid"] for o in owners] == [pool_uid]
     secrets = kube.list("Secret", namespace, "kubecua.dev/pool=big")
-    assert [s["metadata"]["name"] for s in secrets] == ["big-sandbox-token"]
+    token = f"big-sandbox-token-{pool_uid.replace('-', '')[:10]}"
+    assert [s["metadata"]["name"] for s in secrets] == [token]

@@ -39,7 +39,7 @@ def test_sandbox_pod_is_labelled_probed_and_locked_down():
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["KUBECUA_SCREEN_WIDTH"] == "1280"
     assert env["KUBECUA_SANDBOX_TOKEN_FILE"] == "/var/run/kubecua/sandbox-token/token"
-    assert p["spec"]["volumes"][0]["secret"]["secretName"] == "desks-sandbox-token"
+    assert p["spec"]["volumes"][0]["secret"]["secretName"] == "desks-sandbox-token-u1"
     assert p["spec"]["restartPolicy"] == "Never"
     assert p["spec"]["automountServiceAccountToken"] is False
 
@@ -58,7 +58,7 @@ def test_sandbox_service_exposes_the_four_ports():
 
 
 def test_network_policy_admits_only_clients_and_denies_egress_by_default():
-    np = children.build_network_policy("desks", "ns1", [])
+    np = children.build_network_policy("desks", "ns1", [], "kubecua-system", [])
     spec = np["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert spec["egress"] == []
@@ -67,12 +67,22 @@ def test_network_policy_admits_only_clients_and_denies_egress_by_default():
     }
 
 
-def test_token_secret_is_random_and_long():
-    a, b = (children.build_token_secret("desks", "ns1") for _ in range(2))
-    tok = base64.b64decode(a["data"]["token"])
-    assert len(tok) >= 40
-    assert a["data"] != b["data"]
-    assert a["metadata"]["name"] == "desks-sandbox-token"
+def test_network_policy_admits_the_operator_only_from_its_own_namespace():
+    np = children.build_network_policy("desks", "ns1", [], "kubecua-system", [])
+    (peer,) = np["spec"]["ingress"][1]["from"]
+    assert peer["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "kubecua-system"}
+    }
+    assert peer["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "kubecua-operator"}}
+    assert np["spec"]["ingress"][1]["ports"] == [{"protocol": "TCP", "port": 8000}]
+
+
+def test_token_secret_holds_the_given_token_under_a_name_bound_to_the_pool_uid():
+    a = children.build_token_secret("desks", "ns1", "0f1e2d3c-aaaa", "x" * 43)
+    assert base64.b64decode(a["data"]["token"]) == b"x" * 43
+    assert a["metadata"]["name"] == "desks-sandbox-token-0f1e2d3caa"
+    assert a["type"] == "kubecua.dev/sandbox-token"
+    assert a["immutable"] is True
 
 
 @pytest.mark.parametrize(

@@ -71,3 +71,21 @@ def test_vm_sandboxes_become_ready_when_vm_and_episode_server_are(kube, operator
 
     wait_until(replaced, 60, "the crashed VM replaced")
     assert kube.get("Pod", namespace, "vms-1") is not None  # its episode server comes back too
+
+
+def test_kubevirt_pool_policy_always_allows_its_own_traffic(kube, operator, namespace):
+    """egress: [] denies everything else, never episode server -> VM (and DNS for its name)."""
+    pool = kubevirt_pool(namespace, 1)
+    pool["spec"]["egress"] = []
+    pool["spec"]["desktop"]["kubevirt"]["desktopPort"] = 5050
+    kube.create(pool)
+    policy = wait_until(lambda: kube.get("NetworkPolicy", namespace, "vms-sandboxes"), 60, "policy")
+    spec = policy["spec"]
+    ports = [{"protocol": "TCP", "port": p} for p in (5050, 9222, 8080)]
+    vms = {"matchLabels": {"kubecua.dev/pool": "vms", "kubecua.dev/role": "vm"}}
+    episode = {"matchLabels": {"kubecua.dev/pool": "vms", "kubecua.dev/role": "episode-server"}}
+    assert {"to": [{"podSelector": vms}], "ports": ports} in spec["egress"]
+    assert {"from": [{"podSelector": episode}], "ports": ports} in spec["ingress"]
+    dns = next(r for r in spec["egress"] if {"protocol": "UDP", "port": 53} in r["ports"])
+    assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert len(spec["egress"]) == 2  # nothing else: the pool asked for no egress

@@ -26,7 +26,8 @@ def test_pool_scales_up_and_down_with_services_and_token(cluster, kube, operator
     assert all(p["metadata"]["ownerReferences"][0]["kind"] == "SandboxPool" for p in pods)
     services = kube.list("Service", namespace, "kubecua.dev/pool=desks")
     assert sorted(s["metadata"]["name"] for s in services) == ["desks-0", "desks-1", "desks-2"]
-    assert kube.get("Secret", namespace, "desks-sandbox-token")["data"]["token"]
+    uid = kube.get("SandboxPool", namespace, "desks")["metadata"]["uid"].replace("-", "")
+    assert kube.get("Secret", namespace, f"desks-sandbox-token-{uid[:10]}")["data"]["token"]
     policy = kube.get("NetworkPolicy", namespace, "desks-sandboxes")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     assert policy.get("egress", []) == []  # no rules: all egress denied

@@ -52,11 +52,11 @@ def test_trainer_is_an_indexed_job_with_torchrun_environment():
     assert labels["kubecua.dev/client-of-desks"] == "true"
 
 
-def test_role_grants_discovery_token_and_own_status_only():
+def test_role_grants_discovery_and_own_status_only_and_no_secret():
     rules = children.build_role(RUN)["rules"]
     by_resource = {tuple(r["resources"]): r for r in rules}
     assert by_resource[("endpointslices",)]["verbs"] == ["get", "list", "watch"]
-    assert by_resource[("secrets",)]["resourceNames"] == ["desks-sandbox-token"]
+    assert ("secrets",) not in by_resource  # the token is a mounted file
     assert by_resource[("trainingruns/status",)] == {
         "apiGroups": ["kubecua.dev"],
         "resources": ["trainingruns/status"],
@@ -64,6 +64,30 @@ def test_role_grants_discovery_token_and_own_status_only():
         "verbs": ["get", "patch"],
     }
     assert set(by_resource[("configmaps",)]["resourceNames"]) == {"qwen-config", "osworld-train"}
+
+
+def test_trainer_mounts_the_operator_made_token_of_a_pod_pool_and_nothing_by_guess():
+    def secret(job: dict) -> list[str]:
+        vols = job["spec"]["template"]["spec"]["volumes"]
+        return [v["secret"]["secretName"] for v in vols if "secret" in v]
+
+    assert secret(build_job(RUN, Settings(), False, ("0f1e2d3c-aaaa", "pod"))) == [
+        "desks-sandbox-token-0f1e2d3caa"
+    ]
+    assert secret(build_job(RUN, Settings(), False, ("u", "external"))) == ["desks-sandbox-token"]
+    assert secret(build_job(RUN, Settings(), False, None)) == []
+
+
+def test_run_network_policy_admits_only_the_runs_own_pods_and_the_metrics_port():
+    np = children.build_network_policy(RUN)
+    assert np["metadata"]["name"] == "qwen-run"
+    spec = np["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"kubecua.dev/trainingrun": "qwen"}}
+    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": {"kubecua.dev/trainingrun": "qwen"}}}]},
+        {"ports": [{"protocol": "TCP", "port": 9400}]},
+    ]
 
 
 def test_config_map_holds_a_loadable_manifest():

@@ -1,12 +1,13 @@
 """The Role the operator makes for a TrainingRun, asked of the real API server's authorizer with
-`kubectl auth can-i --as=system:serviceaccount:<ns>:<run>-trainer`: the trainer may get its
-pool's token Secret by name (and no other Secret; never list or watch Secrets), and patch its own
-TrainingRun's status (not its spec, not another run's status).
+`kubectl auth can-i --as=system:serviceaccount:<ns>:<run>-trainer`: the trainer reads no Secret
+at all (its token is a mounted file), and patches its own TrainingRun's status (not its spec, not
+another run's status).
 """
 
 from __future__ import annotations
 
 from .conftest import wait_until
+from .helpers import pool_manifest, wait_pool
 from .test_trainingrun_lifecycle import run_manifest
 
 
@@ -25,13 +26,12 @@ def wait_binding(cluster, kube, namespace: str) -> None:
     wait_until(lambda: allowed(cluster, namespace, *own), 30, "the authorizer to see the Role")
 
 
-def test_trainer_gets_its_pool_token_by_name_and_patches_its_own_status(
+def test_trainer_reads_no_secret_and_patches_only_its_own_status(
     cluster, kube, operator, namespace
 ):
-    kube.create(run_manifest(namespace))  # poolRef desks: the token is desks-sandbox-token
+    kube.create(run_manifest(namespace))
     wait_binding(cluster, kube, namespace)
     yes = [
-        ("get", "secret/desks-sandbox-token"),
         ("patch", "trainingruns.kubecua.dev/qwen", "--subresource=status"),
         ("get", "trainingruns.kubecua.dev/qwen"),
         ("get", "configmap/qwen-config"),
@@ -39,6 +39,7 @@ def test_trainer_gets_its_pool_token_by_name_and_patches_its_own_status(
         ("list", "endpointslices.discovery.k8s.io"),
     ]
     no = [
+        ("get", "secret/desks-sandbox-token"),
         ("get", "secret/other-token"),
         ("list", "secrets"),
         ("watch", "secrets"),
@@ -52,10 +53,13 @@ def test_trainer_gets_its_pool_token_by_name_and_patches_its_own_status(
     assert [w for w in no if allowed(cluster, namespace, *w)] == []
 
 
-def test_token_secret_ref_replaces_the_pool_token(cluster, kube, operator, namespace):
+def test_token_secret_ref_is_mounted_instead_of_the_pool_token(cluster, kube, operator, namespace):
+    kube.create(pool_manifest("desks", namespace, 2))
+    wait_pool(kube, namespace, "desks", ready=2)
     sandboxes = {"poolRef": "desks", "minReady": 2, "tokenSecretRef": "my-token"}
     kube.create(run_manifest(namespace, sandboxes=sandboxes))
+    job = wait_until(lambda: kube.get("Job", namespace, "qwen-trainer"), 60, "the trainer Job")
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert [v["secret"]["secretName"] for v in volumes if "secret" in v] == ["my-token"]
     wait_binding(cluster, kube, namespace)
-    assert allowed(cluster, namespace, "get", "secret/my-token")
-    assert not allowed(cluster, namespace, "get", "secret/desks-sandbox-token")
-    assert not allowed(cluster, namespace, "list", "secrets")
+    assert not allowed(cluster, namespace, "get", "secret/my-token")  # a file, not an API read

@@ -77,15 +77,20 @@ def test_operator_is_one_recreated_non_root_pod_with_probes():
     assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
     assert "--liveness=http://0.0.0.0:8081/healthz" in c["args"]
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["KUBECUA_OPERATOR_METRICS_PORT"] == "8080"
+    assert env["KUBECUA_OPERATOR_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["KUBECUA_OPERATOR_TOKEN_KEY_FILE"] == "/var/run/kubecua/token-key/key"
+    key = one(render(), "Secret", "kubecua-operator-token-key")
+    assert len(key["data"]["key"]) >= 64  # base64 of 64 random characters
     assert env["KUBECUA_OPERATOR_SANDBOX_IMAGE"] == "localhost/kubecua/sandbox:dev"
     assert pod["serviceAccountName"] == "kubecua-operator"
 
 
 def test_extra_env_becomes_operator_settings():
     dep = one(render("operator.extraEnv.pollSeconds=5"), "Deployment")
-    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    containers = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in containers[0]["env"]}
     assert env["KUBECUA_OPERATOR_POLL_SECONDS"] == "5"
 
 
@@ -97,12 +102,27 @@ def test_cluster_scope_grants_no_wildcards_and_never_lists_secrets():
         assert "*" not in rule["resources"]
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
         if "secrets" in rule["resources"]:
-            assert not {"list", "watch"} & set(rule["verbs"])
+            assert rule["verbs"] == ["create"]  # never read; tokens are derived
     binding = one(docs, "ClusterRoleBinding", "kubecua-operator")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kubecua-operator", "namespace": "kubecua-system"}
     ]
     assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_admission_policies_guard_token_secrets_and_the_operator_account():
+    docs = render()
+    policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    assert set(policies) == {"kubecua-operator-token-secrets", "kubecua-operator-guard"}
+    guard = policies["kubecua-operator-guard"]["spec"]
+    assert guard["matchConditions"][0]["expression"] == (
+        'request.userInfo.username == "system:serviceaccount:kubecua-system:kubecua-operator"'
+    )
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert {b["spec"]["policyName"] for b in bindings} == set(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    off = render("admissionPolicies.enabled=false")
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
 
 
 def test_namespace_scope_makes_a_role_per_watched_namespace_and_passes_them_to_kopf():

@@ -111,11 +111,12 @@ def test_operator_service_account_has_least_privilege(cluster, installed):
         ("patch", "trainingruns.kubecua.dev/status"), ("create", "jobs.batch"),
         ("create", "roles.rbac.authorization.k8s.io"),
         ("create", "endpointslices.discovery.k8s.io"),
-        ("get", "secrets"), ("create", "podmonitors.monitoring.coreos.com"),
+        ("create", "secrets"), ("create", "podmonitors.monitoring.coreos.com"),
     ]:  # fmt: skip
         assert can_i(cluster, sa, verb, resource, elsewhere), f"cannot {verb} {resource}"
     for verb, resource in [
-        ("list", "secrets"), ("watch", "secrets"), ("delete", "secrets"),
+        ("get", "secrets"), ("list", "secrets"), ("watch", "secrets"), ("delete", "secrets"),
+        ("patch", "secrets"), ("delete", "networkpolicies.networking.k8s.io"),
         ("create", "clusterroles.rbac.authorization.k8s.io"),
         ("escalate", "roles.rbac.authorization.k8s.io"),
         ("delete", "nodes"), ("delete", "sandboxpools.kubecua.dev"), ("create", "pods/exec"),

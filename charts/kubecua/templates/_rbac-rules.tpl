@@ -1,41 +1,55 @@
-{{/* What the operator does in a watched namespace, and nothing more (kubecua_operator/k8s.py
-lists the kinds). It can grant a trainer's Role only because it holds every verb in it
-itself (RBAC escalation check), so no `escalate` or `bind`. */}}
+{{/* What the operator does in a watched namespace, and nothing more: every verb below is one the
+code issues (operator/kubecua_operator/k8s.py lists the kinds; docs/reliability.md says why each
+verb is granted, and operator/tests/test_operator_rbac.py fails on any other). No Secret read
+of any kind: pool tokens are derived from the operator's own key and only ever created. A
+trainer's Role can be granted only because the operator holds every verb in it itself (RBAC
+escalation check), so no `escalate` or `bind`. */}}
 {{- define "kubecua.operatorRules" -}}
-# Its own resources: watched by kopf, which patches annotations/finalizers and status.
+# Its own resources: kopf lists and watches them; get is held only to grant it to a trainer.
 - apiGroups: [kubecua.dev]
-  resources: [sandboxpools, trainingruns]
-  verbs: [get, list, watch, patch]
+  resources: [sandboxpools]
+  verbs: [list, watch]
 - apiGroups: [kubecua.dev]
-  resources: [sandboxpools/status, trainingruns/status]
+  resources: [trainingruns]
+  verbs: [get, list, watch]
+- apiGroups: [kubecua.dev]
+  resources: [sandboxpools/status]
+  verbs: [patch]
+- apiGroups: [kubecua.dev]
+  resources: [trainingruns/status]
   verbs: [get, patch]
-# Sandboxes: pods (pod backend, episode servers of VMs), one Service each, external EndpointSlices.
+# Sandboxes: pods, one Service each (and run Services), external EndpointSlices. get and patch:
+# a sandbox whose labels were edited away is read and relabelled (adopted), never recreated.
 - apiGroups: [""]
   resources: [pods, services]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch, create, patch, delete]
-# Token Secrets, run ConfigMaps, trainer ServiceAccounts; never list or watch Secrets.
+# Pool token Secrets: create only (never read, list, watch, patch or delete).
 - apiGroups: [""]
-  resources: [secrets, configmaps, serviceaccounts]
+  resources: [secrets]
+  verbs: [create]
+# A run's ConfigMap and ServiceAccount, kept equal to the spec (read, then patch the difference).
+- apiGroups: [""]
+  resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, create, patch, delete]
-# A trainer's Role and RoleBinding (discover sandboxes, read its token, patch its status).
+  verbs: [get, create, patch]
+# A trainer's Role and RoleBinding (discover sandboxes, read its config, patch its status).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, patch]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, create, patch, delete]
+  verbs: [get, create, patch]
 - apiGroups: [kubevirt.io]
   resources: [virtualmachines]
   verbs: [get, list, create, patch, delete]
@@ -44,12 +58,15 @@ itself (RBAC escalation check), so no `escalate` or `bind`. */}}
   verbs: [get, create, patch]
 {{- end -}}
 
-{{/* kopf itself, cluster-wide in either scope: it follows CRDs and namespaces appearing. */}}
+{{/* kopf itself, cluster-wide in either scope: it follows CRDs appearing, and in scope
+"namespace" lists the namespaces it was given. */}}
 {{- define "kubecua.frameworkRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+{{- if eq .Values.rbac.scope "namespace" }}
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+{{- end }}
 {{- end -}}

@@ -6,40 +6,64 @@ Owner references are added by the caller with kopf.adopt(); nothing here talks t
 from __future__ import annotations
 
 import base64
-import secrets
 from typing import Any
 
 from kubecua_operator import names
 
 Obj = dict[str, Any]
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+DNS_EGRESS: Obj = {
+    "to": [
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ],
+    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+}
 
 
-def build_token_secret(pool: str, namespace: str) -> Obj:
-    """A fresh random bearer token. Created once: a Secret that exists (e.g. an external pool's
-    own token, made by the user beforehand) is never overwritten."""
-    token = secrets.token_urlsafe(32)
+def build_token_secret(pool: str, namespace: str, uid: str, token: str) -> Obj:
+    """The pool's bearer token (tokens.pool_token), under a name only this pool can have.
+    Immutable: nobody edits it in place, and a deleted one is recreated with the same token."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": names.token_secret(pool),
+            "name": names.own_token_secret(pool, uid),
             "namespace": namespace,
             "labels": names.pool_labels(pool),
         },
-        "type": "Opaque",
+        "type": names.TOKEN_SECRET_TYPE,
+        "immutable": True,
         "data": {names.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
 
 
-def build_network_policy(pool: str, namespace: str, egress: list[Obj]) -> Obj:
-    """Only the pool's clients (and the operator, for polling) reach the sandboxes; egress is
-    denied unless the pool lists rules."""
+def build_network_policy(
+    pool: str, namespace: str, egress: list[Obj], operator_namespace: str, vm_ports: list[int]
+) -> Obj:
+    """Only the pool's clients reach the sandboxes, and the operator's pods (in the operator's
+    namespace only) their episode servers; egress is denied unless the pool lists rules. A
+    KubeVirt pool's own traffic, episode server to VM (and DNS for the VM's Service name), is
+    always allowed: with `egress: []` the episode server must still reach its desktop."""
     ports = [{"protocol": "TCP", "port": p} for p in names.PORTS.values()]
     clients = {"podSelector": {"matchLabels": {names.client_label(pool): "true"}}}
     operator = {
-        "namespaceSelector": {},
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}},
         "podSelector": {"matchLabels": dict(names.OPERATOR_POD_LABEL)},
     }
+    ingress: list[Obj] = [
+        {"from": [clients], "ports": ports},
+        {"from": [operator], "ports": [{"protocol": "TCP", "port": names.PORTS["episodes"]}]},
+    ]
+    own: list[Obj] = []
+    if vm_ports:
+        part = {"matchLabels": {names.POOL_LABEL: pool, names.ROLE_LABEL: "episode-server"}}
+        vms = {"matchLabels": {names.POOL_LABEL: pool, names.ROLE_LABEL: "vm"}}
+        tcp = [{"protocol": "TCP", "port": p} for p in vm_ports]
+        ingress.append({"from": [{"podSelector": part}], "ports": tcp})
+        own = [{"to": [{"podSelector": vms}], "ports": tcp}, DNS_EGRESS]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -51,11 +75,8 @@ def build_network_policy(pool: str, namespace: str, egress: list[Obj]) -> Obj:
         "spec": {
             "podSelector": {"matchLabels": {names.POOL_LABEL: pool}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [
-                {"from": [clients], "ports": ports},
-                {"from": [operator], "ports": [{"protocol": "TCP", "port": 8000}]},
-            ],
-            "egress": list(egress),
+            "ingress": ingress,
+            "egress": own + list(egress),
         },
     }
 

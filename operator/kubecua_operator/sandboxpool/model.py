@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubecua_operator import names
+from kubecua_operator.k8s import controller_uid
 
 PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
 
@@ -28,6 +29,8 @@ class Summary:
     unschedulable: bool = False
     deleting: bool = False
     ip: str = ""
+    owner: str = ""  # uid of the controlling owner: only the pool's own children count
+    waiting: str = ""  # a container's waiting reason, e.g. ErrImagePull
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,9 @@ def summarize_pod(body: dict[str, Any]) -> Summary:
     meta, status = body.get("metadata", {}), body.get("status", {}) or {}
     conds = {c.get("type"): c for c in status.get("conditions", []) or []}
     sched = conds.get("PodScheduled", {})
+    waiting = [
+        (c.get("state") or {}).get("waiting") or {} for c in status.get("containerStatuses") or []
+    ]
     return Summary(
         kind="Pod",
         name=meta.get("name", ""),
@@ -67,6 +73,8 @@ def summarize_pod(body: dict[str, Any]) -> Summary:
         unschedulable=sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
         deleting=bool(meta.get("deletionTimestamp")),
         ip=status.get("podIP", "") or "",
+        owner=controller_uid(body),
+        waiting=next((str(w["reason"]) for w in waiting if w.get("reason")), ""),
     )
 
 
@@ -85,4 +93,5 @@ def summarize_object(kind: str, body: dict[str, Any]) -> Summary:
         phase=str(status.get("printableStatus", "")),
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
+        owner=controller_uid(body),
     )

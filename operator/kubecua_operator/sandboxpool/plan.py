@@ -78,7 +78,9 @@ def make_plan(
     replace_allowed: bool,
     burst: int,
     cap: int | None = None,
+    taken: set[int] | frozenset[int] = frozenset(),
 ) -> Plan:
+    """`taken`: indexes whose names are held by objects that are not this pool's (never reused)."""
     live = [s for s in sandboxes if s.state != TERMINATING]
     leased = {s.name for s in live if s.state == READY and _busy(probes, s.name)}
     plan = Plan(leased=len(leased))
@@ -102,7 +104,8 @@ def make_plan(
         ready = sum(s.state == READY for s in live)
         pending = sum(s.state == PENDING for s in live)
         room = max(burst, ready) - pending
-        plan.create = free_indexes({s.index for s in sandboxes}, max(0, min(missing, room)))
+        used = {s.index for s in sandboxes} | set(taken)
+        plan.create = free_indexes(used, max(0, min(missing, room)))
     return plan
 
 

@@ -9,17 +9,19 @@ and at least every resync period; a prober task refreshes the probes beside it.
 from __future__ import annotations
 
 import asyncio
-import base64
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
-from kubecua_operator import conditions, events, metrics, names, wakeups
+from kubecua_operator import conditions, events, metrics, names, tokens, wakeups
 from kubecua_operator import settings as settings_mod
-from kubecua_operator.k8s import Kube, adopt, kube
+from kubecua_operator.apihealth import HEALTH
+from kubecua_operator.k8s import Kube, adopt, controller_uid, kube
 from kubecua_operator.sandboxpool import backends, children, plan, prober, status
 from kubecua_operator.sandboxpool.backends.external import ExternalBackend
 from kubecua_operator.sandboxpool.backends.kubevirt import KubevirtBackend
@@ -31,10 +33,12 @@ from kubecua_operator.sandboxpool.model import (
     Sandbox,
     Summary,
     summarize_object,
+    summarize_pod,
 )
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+SLICE_SELECTOR = "endpointslice.kubernetes.io/managed-by=kubecua.dev-operator"
 
 
 @dataclass
@@ -46,49 +50,69 @@ class PoolMemory:
     failures: int = 0
     seen_failed: set[str] = field(default_factory=set)
     backoff_until: float = 0.0
-    ensured_generation: int = -1
     token: str = ""
     last_status: Obj | None = None
+    taken: set[int] = field(default_factory=set)  # indexes whose names others' objects hold
+    ghosts: set[str] = field(default_factory=set)  # uids the index has but the API does not
+    verified_epoch: int = -1  # apihealth epoch of the last re-list
+    verified_at: float = 0.0
+    kubevirt_checked_at: float = -1e9
+    kubevirt_installed: bool = True
+    issue: tuple[str, str] | None = None  # (reason, message) of the last refused write
 
 
 async def call(fn: Any, *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
 
-async def run_all(jobs: list[Any], limit: int) -> None:
-    """Run blocking API calls `(fn, *args)` concurrently, at most `limit` at a time."""
+async def run_all(jobs: list[Any], limit: int) -> list[tuple[int, Any]]:
+    """Run blocking API calls `(index, fn, *args)` concurrently, at most `limit` at a time;
+    returns (index, result or exception) for each."""
     gate = asyncio.Semaphore(limit)
 
-    async def one(job: tuple) -> None:
+    async def one(job: tuple) -> Any:
         async with gate:
-            await call(*job)
+            return await call(*job[1:])
 
     # One refused write must not stop the others; the next pass retries what is still missing.
     results = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
     errors = [r for r in results if isinstance(r, Exception)]
     if errors:
         log.warning("%d of %d API writes failed; first: %s", len(errors), len(jobs), errors[0])
+    return [(job[0], result) for job, result in zip(jobs, results, strict=True)]
 
 
 async def ensure_shared(
     api: Kube, body: Obj, backend: backends.Backend, memory: PoolMemory
 ) -> None:
-    """Token Secret (create-only) and NetworkPolicy, once per spec generation."""
-    meta = body["metadata"]
-    if memory.ensured_generation == meta.get("generation"):
-        return
-    secret = children.build_token_secret(meta["name"], meta["namespace"])
-    adopt(secret, body)
-    await call(api.create, secret)
-    if backend.uses_pods:
-        egress = body["spec"].get("egress") or []
-        policy = children.build_network_policy(meta["name"], meta["namespace"], egress)
-        adopt(policy, body)
-        await call(api.apply, policy)
-    stored = await call(api.get, "Secret", meta["namespace"], names.token_secret(meta["name"]))
-    data = (stored or {}).get("data") or {}
-    memory.token = base64.b64decode(data.get(names.TOKEN_KEY, "")).decode()
-    memory.ensured_generation = meta.get("generation", 0)
+    """Token Secret and NetworkPolicy, on every pass (level-based: a deleted or edited one is put
+    back). The Secret is create-only (409 when it exists): the operator may not read Secrets, and
+    the token is derived, so a recreated Secret holds the same token."""
+    if not backend.uses_pods:
+        return  # external sandboxes: no pods to mount a token or to select with a policy
+    meta, cfg = body["metadata"], settings_mod.get()
+    memory.token = tokens.pool_token(meta["namespace"], meta["name"], meta["uid"])
+    secret = children.build_token_secret(meta["name"], meta["namespace"], meta["uid"], memory.token)
+    await call(api.create, adopt(secret, body))
+    egress = body["spec"].get("egress") or []
+    vm_ports = []
+    if isinstance(backend, KubevirtBackend):
+        kv = body["spec"]["desktop"]["kubevirt"]
+        vm_ports = [kv.get("desktopPort", 5000), names.PORTS["cdp"], names.PORTS["vlc"]]
+    policy = children.build_network_policy(
+        meta["name"], meta["namespace"], egress, operator_namespace(cfg), vm_ports
+    )
+    await call(api.apply, adopt(policy, body))
+
+
+def operator_namespace(cfg: Any) -> str:
+    if cfg.namespace:
+        return str(cfg.namespace)
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+            return f.read().strip()
+    except OSError:
+        return "kubecua-system"
 
 
 def track_failures(sandboxes: list[Sandbox], memory: PoolMemory, cfg: Any) -> bool:
@@ -108,6 +132,30 @@ def track_failures(sandboxes: list[Sandbox], memory: PoolMemory, cfg: Any) -> bo
     return now >= memory.backoff_until
 
 
+def create_part(api: Kube, obj: Obj, pool_uid: str) -> str:
+    """Create one object of a sandbox: "created", "exists", "adopted" or "taken".
+
+    A 409 means the name is in use by an object the indexes do not show as ours. If this pool
+    controls it (e.g. someone removed its kubecua.dev/pool label), its labels are put back:
+    adopted, never created again in a loop. If another owner's (or nobody's), it is "taken":
+    the pool skips that index and never deletes the object."""
+    if api.create(obj):
+        return "created"
+    meta = obj["metadata"]
+    current = api.get(obj["kind"], meta["namespace"], meta["name"])
+    if current is None:
+        return "exists"  # deleted meanwhile; the next pass creates it
+    if controller_uid(current) != pool_uid:
+        return "taken"
+    labels = current["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in meta["labels"].items()):
+        api.patch(
+            obj["kind"], meta["namespace"], meta["name"], {"metadata": {"labels": meta["labels"]}}
+        )
+        return "adopted"
+    return "exists"
+
+
 def service_jobs(
     api: Kube, body: Obj, kids: list[Summary], keep: set[int], uses_pods: bool
 ) -> list:
@@ -120,12 +168,11 @@ def service_jobs(
         name = names.sandbox_name(pool, index)
         if name not in have:
             svc = children.build_sandbox_service(pool, ns, name, selector=uses_pods)
-            adopt(svc, body)
-            jobs.append((api.create, svc))
+            jobs.append((index, create_part, api, adopt(svc, body), meta["uid"]))
     for name, found in have.items():
         idx = names.sandbox_index(pool, name)
         if idx is not None and idx not in keep and not found.deleting:
-            jobs.append((api.delete, "Service", ns, name, found.uid))
+            jobs.append((idx, api.delete, "Service", ns, name, found.uid))
     return jobs
 
 
@@ -134,36 +181,100 @@ def workload_jobs(api: Kube, body: Obj, backend: backends.Backend, step: plan.Pl
     jobs: list = []
     for index in step.create:
         for obj in backend.build(body, index, cfg):
-            adopt(obj, body)
-            jobs.append((api.create, obj))
+            jobs.append((index, create_part, api, adopt(obj, body), body["metadata"]["uid"]))
     for sandbox, _reason in step.delete:
         for i, (kind, name) in enumerate(backend.parts(sandbox.name)):
-            jobs.append((api.delete, kind, ns, name, sandbox.uid if i == 0 else ""))
+            jobs.append((sandbox.index, api.delete, kind, ns, name, sandbox.uid if i == 0 else ""))
     return jobs
 
 
 def repair_jobs(
     api: Kube, body: Obj, backend: backends.Backend, kids: list[Summary], memory: PoolMemory
 ) -> list:
-    """Backend-specific fixes: external slices' readiness, VMs' lost episode-server pods."""
+    """Backend-specific fixes: external slices' readiness; a VM's lost episode-server pod or
+    desktop Service."""
     if isinstance(backend, ExternalBackend):
-        return [(api.apply, s) for s in backend.slice_updates(body, kids, memory.probes)]
+        return [(-1, api.apply, s) for s in backend.slice_updates(body, kids, memory.probes)]
     if isinstance(backend, KubevirtBackend):
         parts = backend.missing_parts(body, kids, settings_mod.get())
-        return [(api.create, adopt(obj, body)) for obj in parts]
+        uid = body["metadata"]["uid"]
+        return [(-1, create_part, api, adopt(obj, body), uid) for obj in parts]
     return []
 
 
-async def reconcile_pool(body: Obj, kids: list[Summary], memory: PoolMemory) -> None:
+async def list_children(api: Kube, body: Obj) -> list[Summary]:
+    """The pool's children straight from the API (what the indexes hold, without their lag)."""
+    meta = body["metadata"]
+    ns, selector = meta["namespace"], f"{names.POOL_LABEL}={meta['name']}"
+    pods, services, slices = await asyncio.gather(
+        call(api.list, "Pod", ns, selector),
+        call(api.list, "Service", ns, f"{selector},{names.COMPONENT_LABEL}=sandbox"),
+        call(api.list, "EndpointSlice", ns, f"{selector},{SLICE_SELECTOR}"),
+    )
+    return (
+        [summarize_pod(p) for p in pods]
+        + [summarize_object("Service", s) for s in services]
+        + [summarize_object("EndpointSlice", s) for s in slices]
+    )
+
+
+async def observed_children(
+    api: Kube, body: Obj, indexed: list[Summary], memory: PoolMemory
+) -> list[Summary]:
+    """The pool's own children. From the indexes, except right after the API was unreachable
+    and every relist period: then from a fresh list, and whatever the index holds that the list
+    lacks is a ghost (deleted while the watch was down) and ignored from then on."""
+    cfg, now = settings_mod.get(), time.monotonic()
+    uid = body["metadata"]["uid"]
+    if memory.verified_epoch != HEALTH.epoch or now - memory.verified_at >= cfg.relist_seconds:
+        epoch = HEALTH.epoch
+        listed = await list_children(api, body)
+        seen = {s.uid for s in listed}
+        memory.ghosts = {s.uid for s in indexed if s.uid not in seen}
+        if memory.ghosts:
+            log.warning("pool %s: %d indexed children no longer exist; re-listed",
+                        body["metadata"]["name"], len(memory.ghosts))  # fmt: skip
+        memory.verified_epoch, memory.verified_at = epoch, now
+        memory.taken.clear()  # a name held by a foreign object may be free again
+        return [s for s in listed if s.owner == uid]
+    return [s for s in indexed if s.owner == uid and s.uid not in memory.ghosts]
+
+
+async def kubevirt_ready(api: Kube, memory: PoolMemory) -> bool:
+    """Whether KubeVirt's VirtualMachine API is served (checked at most once a minute)."""
+    if time.monotonic() - memory.kubevirt_checked_at >= 60:
+        memory.kubevirt_installed = await call(
+            api.has_resource, "kubevirt.io/v1", "virtualmachines"
+        )
+        memory.kubevirt_checked_at = time.monotonic()
+    return memory.kubevirt_installed
+
+
+async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) -> None:
     api, cfg = kube(), settings_mod.get()
     spec, meta = body["spec"], body["metadata"]
     backend = backends.get(spec.get("backend", "pod"))
     await ensure_shared(api, body, backend, memory)
-    if spec.get("backend") == "kubevirt":  # VMs are listed, not watched: KubeVirt may be absent
+    kids = await observed_children(api, body, indexed, memory)
+    kubevirt = spec.get("backend") == "kubevirt"
+    if kubevirt and not await kubevirt_ready(api, memory):
+        message = "KubeVirt is not installed: the API serves no kubevirt.io/v1 virtualmachines"
+        await write_status(api, body, status.compute_status(
+            body, [], plan.Plan(target=spec.get("replicas", 1)), ("KubeVirtNotInstalled", message)
+        ), memory)  # fmt: skip
+        return
+    if kubevirt:  # VMs are listed, not watched: KubeVirt may be absent
         vms = await call(
             api.list, "VirtualMachine", meta["namespace"], f"{names.POOL_LABEL}={meta['name']}"
         )
-        kids = kids + [summarize_object("VirtualMachine", vm) for vm in vms]
+        kids += [x for x in (summarize_object("VirtualMachine", vm) for vm in vms)
+                 if x.owner == meta["uid"]]  # fmt: skip
+        desktops = await call(
+            api.list, "Service", meta["namespace"],
+            f"{names.POOL_LABEL}={meta['name']},{names.ROLE_LABEL}=vm",
+        )  # fmt: skip
+        kids += [x for x in (summarize_object("Service", d) for d in desktops)
+                 if x.owner == meta["uid"]]  # fmt: skip
     sandboxes = backend.observe(body, kids, memory.probes)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     external = spec.get("backend") == "external"
@@ -176,19 +287,53 @@ async def reconcile_pool(body: Obj, kids: list[Summary], memory: PoolMemory) -> 
         cap=len((spec.get("desktop") or {}).get("external", {}).get("endpoints", []))
         if external
         else None,
+        taken=memory.taken,
     )
     doomed = {s.index for s, reason in step.delete if reason == "ScaledIn"}
     live = {s.index for s in sandboxes if s.state != TERMINATING} - doomed
-    jobs = service_jobs(api, body, kids, live | set(step.create), backend.uses_pods)
+    # A new sandbox's Service follows on the next pass, once its workload exists: a name that
+    # turns out to be taken (another owner's pod) never gets a Service selecting that pod.
+    keep = live if backend.uses_pods else live | set(step.create)
+    jobs = service_jobs(api, body, kids, keep, backend.uses_pods)
     jobs += workload_jobs(api, body, backend, step)
     jobs += repair_jobs(api, body, backend, kids, memory)
-    await run_all(jobs, cfg.api_concurrency)
-    new_status = status.compute_status(body, sandboxes, step)
+    results = await run_all(jobs, cfg.api_concurrency)
+    created = outcome(results, step, memory)
+    new_status = status.compute_status(body, sandboxes, step, memory.issue)
     metrics.set_pool_sandboxes(
         meta["namespace"], meta["name"], status.count_states(sandboxes, step.leased)
     )
     await write_status(api, body, new_status, memory)
-    await announce(api, body, step)
+    await announce(api, body, created, step)
+
+
+def outcome(results: list[tuple[int, Any]], step: plan.Plan, memory: PoolMemory) -> int:
+    """Sandboxes really created this pass; remembers taken indexes and the API's refusal."""
+    created: set[int] = set()
+    refusal = ""
+    for index, result in results:
+        if isinstance(result, ApiException) and 400 <= (result.status or 0) < 500:
+            refusal = refusal or api_message(result)
+        elif result == "taken":
+            memory.taken.add(index)
+        elif result == "created" and index in step.create:
+            created.add(index)
+    memory.issue = (
+        ("SandboxesRefused", f"the API server refused a sandbox: {refusal}") if refusal else None
+    )
+    return len(created)
+
+
+def api_message(err: ApiException) -> str:
+    """The API's reasons, without the object's name: the same fault reads the same for every
+    sandbox, so the condition and its Event do not change from pass to pass."""
+    try:
+        status = json.loads(err.body or "{}")
+    except ValueError:
+        return str(err.reason)
+    causes = (status.get("details") or {}).get("causes") or []
+    text = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
+    return (text or str(status.get("message") or err.reason))[:512]
 
 
 async def write_status(api: Kube, body: Obj, new: Obj, memory: PoolMemory) -> None:
@@ -208,11 +353,9 @@ async def write_status(api: Kube, body: Obj, new: Obj, memory: PoolMemory) -> No
         await call(events.post, api, body, cond["reason"], cond["message"], warn)
 
 
-async def announce(api: Kube, body: Obj, step: plan.Plan) -> None:
-    if step.create:
-        await call(
-            events.post, api, body, "SandboxesCreated", f"created {len(step.create)} sandboxes"
-        )
+async def announce(api: Kube, body: Obj, created: int, step: plan.Plan) -> None:
+    if created:
+        await call(events.post, api, body, "SandboxesCreated", f"created {created} sandboxes")
     by_reason: dict[str, int] = {}
     for _sandbox, reason in step.delete:
         by_reason[reason] = by_reason.get(reason, 0) + 1
@@ -242,21 +385,23 @@ async def probe_loop(key: wakeups.Key, memory: PoolMemory, want_status: Any) -> 
         await asyncio.sleep(cfg.poll_seconds)
 
 
-async def run_pool_loop(body: Obj, stopped: Any, indexes: list[kopf.Index]) -> None:
-    """The per-pool daemon: reconcile on events (debounced) and at least every resync period."""
+async def run_pool_loop(live: Any, indexes: list[kopf.Index]) -> None:
+    """The per-pool loop: reconcile on events (debounced) and at least every resync period.
+    `live.body` is the pool as last seen by the watch; `live.stopped` ends the loop."""
     cfg = settings_mod.get()
-    meta = body["metadata"]
+    meta = live.body["metadata"]
     key: wakeups.Key = ("SandboxPool", meta["namespace"], meta["name"])
     wakeups.register(key)
     memory = PoolMemory()
 
     def want_status() -> bool:
-        reset = body["spec"].get("reset") or {}
+        reset = live.body["spec"].get("reset") or {}
         return bool(reset.get("maxEpisodesPerSandbox")) or reset.get("strategy") == "recreate"
 
     poller = asyncio.create_task(probe_loop(key, memory, want_status))
     try:
-        while not stopped:
+        while not live.stopped:
+            body = live.body
             try:
                 with metrics.timed_reconcile("SandboxPool"):
                     await reconcile_pool(body, pool_children(body, indexes), memory)

@@ -18,12 +18,18 @@ def count_states(sandboxes: list[Sandbox], leased: int) -> dict[str, int]:
     return counts
 
 
-def compute_status(pool: dict[str, Any], sandboxes: list[Sandbox], plan: Plan) -> dict[str, Any]:
+def compute_status(
+    pool: dict[str, Any],
+    sandboxes: list[Sandbox],
+    plan: Plan,
+    issue: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """`issue`: (reason, message) of a pool-level fault (the API refused its sandboxes, KubeVirt
+    missing): Degraded=True with it, whatever the sandboxes say."""
     meta, spec = pool["metadata"], pool["spec"]
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]
     ready = sum(s.state == READY for s in live)
-    failed = sum(s.state == FAILED for s in live)
     want = spec.get("replicas", 1)
     changing = bool(plan.create or plan.delete) or len(live) != plan.target or ready < len(live)
     conds = [
@@ -31,8 +37,7 @@ def compute_status(pool: dict[str, Any], sandboxes: list[Sandbox], plan: Plan) -
                f"{ready}/{want} sandboxes ready", gen),
         c.make(c.PROGRESSING, changing, "Scaling" if changing else "Stable",
                f"{len(live)} sandboxes, target {plan.target}", gen),
-        c.make(c.DEGRADED, failed > 0, "SandboxesFailed" if failed else "NoFailures",
-               f"{failed} sandboxes failed", gen),
+        _degraded(live, issue, gen),
         c.make(c.SCALING_LIMITED, bool(plan.limited), plan.limited or "NotLimited",
                _limited_message(plan), gen),
     ]  # fmt: skip
@@ -45,6 +50,20 @@ def compute_status(pool: dict[str, Any], sandboxes: list[Sandbox], plan: Plan) -
         "observedGeneration": gen,
         "conditions": c.merge(old, conds),
     }
+
+
+def _degraded(live: list[Sandbox], issue: tuple[str, str] | None, gen: int) -> dict[str, Any]:
+    if issue:
+        return c.make(c.DEGRADED, True, issue[0], issue[1], gen)
+    failed = [s for s in live if s.state == FAILED]
+    if not failed:
+        return c.make(c.DEGRADED, False, "NoFailures", "0 sandboxes failed", gen)
+    reasons: dict[str, int] = {}
+    for s in failed:
+        reasons[s.reason or "Failed"] = reasons.get(s.reason or "Failed", 0) + 1
+    detail = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
+    return c.make(c.DEGRADED, True, "SandboxesFailed", f"{len(failed)} sandboxes failed ({detail})",
+                  gen)  # fmt: skip
 
 
 def _limited_message(plan: Plan) -> str:

@@ -29,11 +29,20 @@ def _meta(run: Obj, suffix: str, component: str) -> Obj:
     }
 
 
-def token_secret_name(spec: Obj) -> str | None:
+def token_secret_name(spec: Obj, pool: tuple[str, str] | None = None) -> str | None:
+    """The Secret mounted into the trainer: spec.sandboxes.tokenSecretRef (admission checks the
+    author may read it), else the pool's token. `pool` is the bound pool's (uid, backend): a pod
+    or KubeVirt pool's token is the one the operator made; an external pool's is its owner's
+    <pool>-sandbox-token. None while the pool is unknown: nothing is mounted by name guess."""
     sandboxes = spec["sandboxes"]
     if sandboxes.get("tokenSecretRef"):
         return str(sandboxes["tokenSecretRef"])
-    return names.token_secret(sandboxes["poolRef"]) if sandboxes.get("poolRef") else None
+    if not sandboxes.get("poolRef") or pool is None:
+        return None
+    uid, backend = pool
+    if backend == "external":
+        return names.token_secret(sandboxes["poolRef"])
+    return names.own_token_secret(sandboxes["poolRef"], uid)
 
 
 def build_config_map(run: Obj) -> Obj:
@@ -62,7 +71,9 @@ def build_service_account(run: Obj) -> Obj:
 
 
 def build_role(run: Obj) -> Obj:
-    """Discover the pool's sandboxes, read its token, patch this run's status; nothing more."""
+    """Discover the pool's sandboxes, read its config, patch this run's status; nothing more.
+    No Secret: the token reaches the trainer as a mounted file, and a Role granting a Secret
+    read would need the operator itself to hold Secret read (RBAC escalation check)."""
     name, spec = run["metadata"]["name"], run["spec"]
     configs = [names.run_child(name, "config")]
     if spec["tasks"].get("configMapRef"):
@@ -78,16 +89,6 @@ def build_role(run: Obj) -> Obj:
         {"apiGroups": [names.GROUP], "resources": ["trainingruns/status"], "resourceNames": [name],
          "verbs": ["get", "patch"]},
     ]  # fmt: skip
-    secret = token_secret_name(spec)
-    if secret:
-        rules.append(
-            {
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": [secret],
-                "verbs": ["get"],
-            }
-        )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -106,6 +107,27 @@ def build_role_binding(run: Obj) -> Obj:
         "subjects": [
             {"kind": "ServiceAccount", "name": child, "namespace": run["metadata"]["namespace"]}
         ],
+    }
+
+
+def build_network_policy(run: Obj) -> Obj:
+    """The run's pods (trainers, sglang) take connections only from each other (rendezvous,
+    NCCL, generation), except the metrics port, which Prometheus scrapes from anywhere."""
+    name = run["metadata"]["name"]
+    own = {"podSelector": {"matchLabels": {names.RUN_LABEL: name}}}
+    ingress: list[Obj] = [{"from": [own]}]
+    port = run["spec"].get("metrics", {}).get("port", 9400)
+    if port:
+        ingress.append({"ports": [{"protocol": "TCP", "port": port}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {**_meta(run, "run", "run"), "name": names.run_network_policy(name)},
+        "spec": {
+            "podSelector": {"matchLabels": {names.RUN_LABEL: name}},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
     }
 
 

@@ -27,7 +27,7 @@ Obj = dict[str, Any]
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
-def trainer_env(run: Obj) -> list[Obj]:
+def trainer_env(run: Obj, pool: tuple[str, str] | None = None) -> list[Obj]:
     meta, spec = run["metadata"], run["spec"]
     trainer = spec.get("trainer", {})
     child = names.run_child(meta["name"], "trainer")
@@ -45,7 +45,7 @@ def trainer_env(run: Obj) -> list[Obj]:
         {"name": "KUBECUA_TRAININGRUN_NAMESPACE", "value": meta["namespace"]},
         {"name": "KUBECUA_RESUME", "value": "latest"},
     ]
-    if token_secret_name(spec):
+    if token_secret_name(spec, pool):
         env.append({"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/token"})
     rollout = spec.get("rollout", {})
     if rollout.get("engine") == "sglang" and not rollout.get("sglangUrls"):
@@ -80,7 +80,9 @@ def trainer_resources(spec: Obj) -> Obj:
     return res
 
 
-def volumes_and_mounts(run: Obj) -> tuple[list[Obj], list[Obj]]:
+def volumes_and_mounts(
+    run: Obj, pool: tuple[str, str] | None = None
+) -> tuple[list[Obj], list[Obj]]:
     spec = run["spec"]
     ckpt = spec.get("checkpoint", {})
     config = {"name": names.run_child(run["metadata"]["name"], "config")}
@@ -97,7 +99,7 @@ def volumes_and_mounts(run: Obj) -> tuple[list[Obj], list[Obj]]:
         {"name": "shm", "mountPath": "/dev/shm"},
         {"name": "checkpoints", "mountPath": ckpt.get("path", "/ckpt")},
     ]
-    secret = token_secret_name(spec)
+    secret = token_secret_name(spec, pool)
     if secret:
         volumes.append({"name": "sandbox-token", "secret": {"secretName": secret}})
         mounts.append({"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True})
@@ -112,17 +114,20 @@ def pod_labels(run: Obj) -> dict[str, str]:
     return labels
 
 
-def build_job(run: Obj, settings: Settings, suspend: bool) -> Obj:
+def build_job(
+    run: Obj, settings: Settings, suspend: bool, pool: tuple[str, str] | None = None
+) -> Obj:
+    """`pool`: the bound pool's (uid, backend), which names the token Secret to mount."""
     meta, spec = run["metadata"], run["spec"]
     nodes = spec.get("trainer", {}).get("nodes", 1)
     child = names.run_child(meta["name"], "trainer")
-    volumes, mounts = volumes_and_mounts(run)
+    volumes, mounts = volumes_and_mounts(run, pool)
     port = spec.get("metrics", {}).get("port", 9400)
     container: Obj = {
         "name": "trainer",
         "image": spec.get("trainer", {}).get("image") or settings.trainer_image,
         "command": trainer_command(spec),
-        "env": trainer_env(run),
+        "env": trainer_env(run, pool),
         "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
         + ([{"name": "metrics", "containerPort": port}] if port else []),
         "resources": trainer_resources(spec),

@@ -1,7 +1,8 @@
 """reconcile_run: one level-based pass over a TrainingRun, and the per-run loop that runs it.
 
 Steps: (1) refuse specs that cannot run in a cluster; (2) make sure the static children exist
-(once per generation); (3) read the pool's readiness and the trainer Job from kopf indexes;
+and match the spec (every pass: a deleted or edited child is put back); (3) read the pool's
+readiness and the trainer Job from kopf indexes;
 (4) create the Job once minReady sandboxes are ready, and keep its suspend in line with the spec;
 (5) write the operator-owned status if it changed, then post an Event on a phase change.
 """
@@ -27,7 +28,6 @@ TERMINAL = (status.SUCCEEDED, status.FAILED)
 
 @dataclass
 class RunMemory:
-    ensured_generation: int = -1
     has_pod_monitors: bool | None = None
     last_status: Obj | None = None
 
@@ -39,6 +39,7 @@ async def call(fn: Any, *args: Any) -> Any:
 def static_children(run: Obj, with_pod_monitor: bool) -> list[Obj]:
     spec, cfg = run["spec"], settings_mod.get()
     objs = [
+        children.build_network_policy(run),
         children.build_config_map(run),
         children.build_service_account(run),
         children.build_role(run),
@@ -56,8 +57,7 @@ def static_children(run: Obj, with_pod_monitor: bool) -> list[Obj]:
 
 
 async def ensure_static(api: Kube, run: Obj, memory: RunMemory) -> None:
-    if memory.ensured_generation == run["metadata"].get("generation"):
-        return
+    """Create or correct every static child: apply() writes only what differs."""
     if memory.has_pod_monitors is None:
         memory.has_pod_monitors = await call(
             api.has_resource, "monitoring.coreos.com/v1", "podmonitors"
@@ -65,7 +65,6 @@ async def ensure_static(api: Kube, run: Obj, memory: RunMemory) -> None:
     for obj in static_children(run, bool(memory.has_pod_monitors)):
         adopt(obj, run)
         await call(api.apply, obj)
-    memory.ensured_generation = run["metadata"].get("generation", 0)
 
 
 def invalid_reason(spec: Obj) -> str:
@@ -80,12 +79,14 @@ def observe(run: Obj, jobs: kopf.Index, pools: kopf.Index) -> status.Observed:
     pool = spec["sandboxes"].get("poolRef")
     if not pool:
         return status.Observed(found[0] if found else None, None, invalid=invalid_reason(spec))
-    ready = list(pools.get((meta["namespace"], pool), []))
+    entries = list(pools.get((meta["namespace"], pool), []))
+    ready, uid, backend = entries[0] if entries else (0, "", "")
     return status.Observed(
         job=found[0] if found else None,
-        ready_sandboxes=int(ready[0]) if ready else 0,
-        pool_found=bool(ready),
+        ready_sandboxes=int(ready),
+        pool_found=bool(entries),
         invalid=invalid_reason(spec),
+        pool=(uid, backend) if entries else None,
     )
 
 
@@ -100,7 +101,7 @@ async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
         )
         if gate and not seen.invalid and old_phase not in TERMINAL:
             kueue = bool((spec.get("kueue") or {}).get("queueName"))
-            body = job.build_job(run, settings_mod.get(), suspend=suspend or kueue)
+            body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool)
             adopt(body, run)
             await call(api.create, body)
         return
@@ -140,16 +141,17 @@ async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: R
         await call(events.post, api, run, new["phase"], message, new["phase"] == status.FAILED)
 
 
-async def run_loop(run: Obj, stopped: Any, jobs: kopf.Index, pools: kopf.Index) -> None:
-    cfg, meta = settings_mod.get(), run["metadata"]
+async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index) -> None:
+    """The per-run loop; `live.body` is the run as last seen by the watch."""
+    cfg, meta = settings_mod.get(), live.body["metadata"]
     key: wakeups.Key = ("TrainingRun", meta["namespace"], meta["name"])
     wakeups.register(key)
     memory = RunMemory()
     try:
-        while not stopped:
+        while not live.stopped:
             try:
                 with metrics.timed_reconcile("TrainingRun"):
-                    await reconcile_run(run, jobs, pools, memory)
+                    await reconcile_run(live.body, jobs, pools, memory)
             except Exception as err:  # the next pass retries from the world's state
                 log.exception("reconcile of run %s/%s failed: %s", *key[1:], err)
             await wakeups.wait(key, cfg.resync_seconds)

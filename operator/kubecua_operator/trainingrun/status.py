@@ -59,6 +59,7 @@ class Observed:
     ready_sandboxes: int | None  # None: no pool to wait for (static urls)
     pool_found: bool = True
     invalid: str = ""  # a reason the run can never start in a cluster
+    pool: tuple[str, str] | None = None  # the bound pool's (uid, backend)
 
 
 def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:

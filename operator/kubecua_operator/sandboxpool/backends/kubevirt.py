@@ -102,7 +102,7 @@ def build_episode_pod(pool: Obj, index: int, settings: Settings) -> Obj:
     meta, spec = pool["metadata"], pool["spec"]
     name = names.sandbox_name(meta["name"], index)
     desktop = f"http://{name}-desktop.{meta['namespace']}.svc"
-    volume, mount = token_volume(meta["name"])
+    volume, mount = token_volume(pool)
     env = [
         {"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"},
         {"name": "KUBECUA_DESKTOP_URL", "value": f"{desktop}:5000"},
@@ -177,12 +177,17 @@ class KubevirtBackend:
         return out
 
     def missing_parts(self, pool: Obj, children: list[Summary], settings: Settings) -> list[Obj]:
-        """Episode-server pods of live VMs that lost theirs (deleted, or a create that raced)."""
+        """Episode-server pods and desktop Services of live VMs that lost theirs (deleted, or a
+        create that raced); `children` must include the pool's `<sandbox>-desktop` Services."""
         pods = {c.name for c in children if c.kind == "Pod" and c.role == "episode-server"}
+        services = {c.name for c in children if c.kind == "Service"}
         out = []
         for vm in children:
             index = names.sandbox_index(pool["metadata"]["name"], vm.name)
-            live_vm = vm.kind == "VirtualMachine" and index is not None and not vm.deleting
-            if live_vm and index is not None and vm.name not in pods:
+            if vm.kind != "VirtualMachine" or index is None or vm.deleting:
+                continue
+            if vm.name not in pods:
                 out.append(build_episode_pod(pool, index, settings))
+            if f"{vm.name}-desktop" not in services:
+                out.append(build_desktop_service(pool, index))
         return out

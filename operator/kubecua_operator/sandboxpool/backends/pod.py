@@ -20,11 +20,21 @@ from kubecua_operator.sandboxpool.model import (
 )
 from kubecua_operator.settings import Settings
 
+# Container states that never heal by waiting: the sandbox is failed (and replaced with backoff).
+STUCK_REASONS = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+}
+
 
 def sandbox_state(pod: Summary) -> str:
     if pod.deleting:
         return TERMINATING
-    if pod.phase in ("Failed", "Succeeded", "Unknown"):
+    if pod.phase in ("Failed", "Succeeded", "Unknown") or pod.waiting in STUCK_REASONS:
         return FAILED
     return READY if pod.ready and pod.phase == "Running" else PENDING
 
@@ -39,8 +49,10 @@ def security_context() -> Obj:
     }
 
 
-def token_volume(pool: str) -> tuple[Obj, Obj]:
-    volume = {"name": "sandbox-token", "secret": {"secretName": names.token_secret(pool)}}
+def token_volume(pool: Obj) -> tuple[Obj, Obj]:
+    """The pool's operator-made token Secret (never a namesake: see names.own_token_secret)."""
+    secret = names.own_token_secret(pool["metadata"]["name"], pool["metadata"].get("uid", ""))
+    volume = {"name": "sandbox-token", "secret": {"secretName": secret}}
     mount = {"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True}
     return volume, mount
 
@@ -73,7 +85,7 @@ def build_container(pool: Obj, settings: Settings) -> Obj:
             "failureThreshold": 6,
         },
         "securityContext": security_context(),
-        "volumeMounts": [token_volume(pool["metadata"]["name"])[1],
+        "volumeMounts": [token_volume(pool)[1],
                          {"name": "shm", "mountPath": "/dev/shm"}],
         "resources": pod_cfg.get("resources") or {},
     }  # fmt: skip
@@ -95,7 +107,7 @@ def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
             "enableServiceLinks": False,
             "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
             "containers": [build_container(pool, settings)],
-            "volumes": [token_volume(meta["name"])[0], shm],
+            "volumes": [token_volume(pool)[0], shm],
             "nodeSelector": pod_cfg.get("nodeSelector") or {},
             "tolerations": pod_cfg.get("tolerations") or [],
             "terminationGracePeriodSeconds": 10,
@@ -118,7 +130,7 @@ def observe_pods(pool: Obj, children: list[Summary], role: str) -> list[Sandbox]
                 uid=pod.uid,
                 url=f"http://{pod.ip}:{names.PORTS['episodes']}" if pod.ip else "",
                 unschedulable=pod.unschedulable and state == PENDING,
-                reason=pod.phase,
+                reason=pod.waiting or pod.phase,
             )
         )
     return out
