@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_env.providers.base import Provider, VMManager
 
-from kubecua_episode import osworld
+from kubecua_episode import evaluators
 
 if TYPE_CHECKING:
     from desktop_env.desktop_env import DesktopEnv
@@ -97,9 +97,9 @@ class AttachManager(VMManager):
 
 
 def _desktop_env_module() -> Any:
-    """desktop_env.desktop_env, imported only after osworld has registered the light metrics
-    package (its `from desktop_env.evaluators import metrics` would pull torch otherwise)."""
-    assert osworld.METRICS
+    """desktop_env.desktop_env, imported after the metric package (its `from
+    desktop_env.evaluators import metrics` needs the easyocr stand-in; see evaluators)."""
+    evaluators.load()
     import desktop_env.desktop_env as module
 
     return module
