@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from kubecua_episode import evaluators
 from kubecua_episode.desktop import DesktopError, authorize_requests_to
 from kubecua_episode.metrics import Metrics
 from kubecua_episode.sandbox import ApiError, Sandbox
@@ -67,6 +68,7 @@ def build_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        evaluators.preload()  # seconds of imports, off the event loop, before the first evaluate
         tasks = [asyncio.create_task(_wait_for_desktop(sb)),
                  asyncio.create_task(_release_idle_episodes(sb))]  # fmt: skip
         yield

@@ -1,45 +1,27 @@
 """desktop-env attached to an existing desktop: setup (SetupController) and evaluation (getters
-and metrics) exactly as desktop-env runs them, without a VM provider and without its heavy
-imports. desktop_env/evaluators/metrics/__init__.py imports every metric module (easyocr -> torch,
-librosa, ...); we register that package empty and import only the light metric modules, so a
-task naming a metric from a heavy module fails with a clear error instead of pulling GBs."""
+and metrics) exactly as desktop-env runs them, without a VM provider. Every metric module is
+available (kubecua_episode.evaluators); a task naming one that cannot run here is refused before
+setup with a clear error."""
 
 from __future__ import annotations
 
-import importlib
+import contextlib
+import json
+import logging
 import os
-import sys
-import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import desktop_env
+# evaluators first: it registers desktop-env's metric package before desktop_env's controllers.
+from kubecua_episode import chrome, evaluators
 
-_ROOT = os.path.dirname(desktop_env.__file__)
-_METRICS_PKG = "desktop_env.evaluators.metrics"
-LIGHT_METRIC_MODULES = ("general", "table", "basic_os", "utils")
+# isort: split
+from desktop_env.controllers.python import PythonController
+from desktop_env.controllers.setup import SetupController
+from desktop_env.evaluators import getters
 
-
-def _load_metrics() -> dict[str, Callable[..., Any]]:
-    if _METRICS_PKG not in sys.modules:
-        pkg = types.ModuleType(_METRICS_PKG)
-        pkg.__path__ = [os.path.join(_ROOT, "evaluators", "metrics")]
-        sys.modules[_METRICS_PKG] = pkg
-    funcs: dict[str, Callable[..., Any]] = {}
-    for name in LIGHT_METRIC_MODULES:
-        mod = importlib.import_module(f"{_METRICS_PKG}.{name}")
-        funcs.update({k: v for k, v in vars(mod).items() if callable(v) and not k.startswith("_")})
-    pkg = sys.modules[_METRICS_PKG]
-    for k, v in funcs.items():  # DesktopEnv itself looks metrics up as getattr(metrics, func)
-        setattr(pkg, k, v)
-    return funcs
-
-
-METRICS = _load_metrics()
-from desktop_env.controllers.python import PythonController  # noqa: E402
-from desktop_env.controllers.setup import SetupController  # noqa: E402
-from desktop_env.evaluators import getters  # noqa: E402
+log = logging.getLogger("kubecua.episode")
 
 
 class TaskError(ValueError):
@@ -68,17 +50,72 @@ class AttachedEnv:
         return cls(host, port, cdp, vlc, cache_dir, PythonController(host, port), setup)
 
 
-def run_setup(env: AttachedEnv, config: list[dict[str, Any]]) -> None:
-    """desktop-env's SetupController.setup (each step runs its `_<type>_setup` method; a failing
-    step raises), minus setup()'s connectivity probe: that GETs /terminal, which walks the whole
-    accessibility tree (19 s with LibreOffice open on the shared test machine). The episode
-    server has already seen the desktop answer."""
+class SetupFailed(RuntimeError):
+    """A setup step failed: the episode would not start from the task's state (setup_failed)."""
+
+
+class _StepLog(logging.Handler):
+    """What desktop-env's SetupController logs during one step. Several verbs (launch, execute,
+    activate_window, close_window, change_wallpaper) only log an error when the desktop refuses
+    them and go on; those errors are failures here. A command's non-zero exit is not a failure
+    in desktop-env (`execute` ignores the return code; upstream tasks rely on that, e.g. a
+    `pkill` of nothing), so it is logged and the setup goes on."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.errors: list[str] = []
+        self.exits: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors.append(record.getMessage()[:1000])
+            return
+        args = record.args if isinstance(record.args, tuple) else ()
+        if str(record.msg).startswith("Command executed successfully") and len(args) == 2:
+            with contextlib.suppress(ValueError, TypeError):
+                body = json.loads(str(args[1]))
+                if isinstance(body, dict) and body.get("returncode") not in (0, None):
+                    self.exits.append({"command": str(args[0])[:300],
+                                       "returncode": body["returncode"],
+                                       "stderr": str(body.get("error") or "")[-500:]})  # fmt: skip
+
+
+@contextlib.contextmanager
+def _capture_setup_log() -> Iterator[_StepLog]:
+    logger, handler = logging.getLogger("desktopenv.setup"), _StepLog()
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # its INFO chatter stays out of our log; failures are logged below
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def run_setup(env: AttachedEnv, config: list[dict[str, Any]], phase: str = "setup") -> None:
+    """desktop-env's SetupController.setup (each step runs its `_<type>_setup` method), minus
+    setup()'s connectivity probe: that GETs /terminal, which walks the whole accessibility tree
+    (19 s with LibreOffice open on the shared test machine); the episode server has already
+    seen the desktop answer. A step fails (SetupFailed, logged) when desktop-env raises or logs
+    an error for it; a command's non-zero exit is logged as a warning (see _StepLog)."""
     for i, step in enumerate(config):
         fn = getattr(env.setup_controller, f"_{step['type']}_setup")
-        try:
-            fn(**(step.get("parameters") or {}))
-        except Exception as e:
-            raise RuntimeError(f"setup step {i + 1} ({step['type']}) failed: {e}") from e
+        where = f"{phase} step {i + 1} ({step['type']})"
+        with _capture_setup_log() as steplog:
+            try:
+                fn(**(step.get("parameters") or {}))
+            except Exception as e:
+                log.error("%s failed: %s", where, e, extra={"step": step})
+                raise SetupFailed(f"{where} failed: {e}") from e
+        for ex in steplog.exits:
+            log.warning("%s: command exited %s (desktop-env goes on)", where, ex["returncode"],
+                        extra=ex)  # fmt: skip
+        if steplog.errors:
+            log.error("%s failed: %s", where, steplog.errors[-1], extra={"step": step})
+            raise SetupFailed(f"{where} failed: {steplog.errors[-1]}")
 
 
 def _getter(kind: str) -> Callable[..., Any]:
@@ -89,9 +126,10 @@ def _getter(kind: str) -> Callable[..., Any]:
 
 
 def _metric(name: str) -> Callable[..., Any]:
-    if name not in METRICS:
-        raise TaskError(f"metric {name!r} is not available here (light modules only)")
-    return METRICS[name]
+    try:
+        return evaluators.metric(name)
+    except LookupError as e:
+        raise TaskError(str(e)) from e
 
 
 def validate_task(task: dict[str, Any]) -> None:
@@ -105,8 +143,8 @@ def validate_task(task: dict[str, Any]) -> None:
     if not isinstance(ev, dict) or "func" not in ev:
         raise TaskError("task.evaluator.func is required")
     for name in ev["func"] if isinstance(ev["func"], list) else [ev["func"]]:
-        if name != "infeasible":
-            _metric(name)
+        if name != "infeasible" and (why := evaluators.unavailable(name)):
+            raise TaskError(why)
 
 
 OSWORLD_HOME = "/home/user"
@@ -165,9 +203,12 @@ def _as_list(x: Any, n: int) -> list[Any]:
 
 
 def evaluate(env: AttachedEnv, task: dict[str, Any], last_action: Any) -> tuple[float, dict]:
-    """desktop-env's DesktopEnv.evaluate semantics: postconfig, infeasible, and/or of metrics."""
+    """desktop-env's DesktopEnv.evaluate semantics: postconfig, infeasible, and/or of metrics.
+    First, when the getters read Chrome's profile files, Chrome is closed so they are written."""
     ev = task["evaluator"]
-    run_setup(env, ev.get("postconfig") or [])
+    if chrome.needs_flush(ev):
+        chrome.close_browser(f"http://{env.vm_ip}:{env.server_port}")
+    run_setup(env, ev.get("postconfig") or [], "postconfig")
     if ev["func"] == "infeasible":
         return (1.0 if last_action == "FAIL" else 0.0), {"metric": "infeasible"}
     if last_action == "FAIL":

@@ -31,12 +31,9 @@ def _on_display(proc: psutil.Process, display: str) -> bool:
         return False
 
 
-# Session services that D-Bus starts on demand (the first AT-SPI or gsettings client): part of the
-# desktop, not of an episode. Killing them costs a second per reset and they come back anyway.
-SESSION_SERVICES = frozenset({
-    "at-spi2-registryd", "at-spi-bus-launcher", "dbus-daemon", "dconf-service", "gvfsd",
-    "xdg-permission-store", "xdg-document-portal", "xdg-desktop-portal",
-})  # fmt: skip
+# The accessibility bus (AT-SPI): part of the desktop, holds no user state, and apps register with
+# it as they start. Kept across resets, with the session bus itself.
+SESSION_SERVICES = frozenset({"at-spi2-registryd", "at-spi-bus-launcher", "dbus-daemon"})
 
 
 # The desktop server's warm pyautogui executor (kubecua_desktop.warm): the zygote is part of the
@@ -91,18 +88,37 @@ def display_processes(display: str) -> set[int]:
             if child not in found:
                 found.add(child)
                 todo.append(child)
+    found -= {p.pid for p in bus_services(display)}  # restarted by every reset, not episode state
     return {pid for pid in found if pid != me and not _is_service(procs[pid])}
 
 
-def kill_new_processes(display: str, baseline: set[int], timeout: float = 5.0) -> list[str]:
-    """SIGTERM, then SIGKILL after `timeout`, every non-baseline process on the display.
-    Returns the names of the processes it stopped."""
-    victims = []
-    for pid in display_processes(display) - baseline:
-        try:
-            victims.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
+def _bus_activated(proc: psutil.Process, display: str) -> bool:
+    """Started by the session bus on demand: D-Bus marks those with DBUS_STARTER_BUS_TYPE (their
+    parent is not the bus, which spawns them through a helper that exits)."""
+    try:
+        env = proc.environ()
+        return env.get("DBUS_STARTER_BUS_TYPE") == "session" and env.get("DISPLAY") == display
+    except (psutil.Error, OSError):
+        return False
+
+
+def bus_services(display: str) -> list[psutil.Process]:
+    """What the session bus started on demand (dconf-service, gvfsd, portals, keyrings), with
+    their descendants. They hold user state in memory: dconf-service keeps its own copy of the
+    settings database and writes all of it back on the next change, so restoring the database
+    file underneath a running one brings an earlier episode's settings back and drops a write
+    that repeats one. A reset stops them; the bus starts fresh ones on the next call."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.name() not in SESSION_SERVICES and _bus_activated(proc, display):
+                found[proc.pid] = proc
+                found.update((c.pid, c) for c in proc.children(recursive=True))
+    return list(found.values())
+
+
+def stop(victims: list[psutil.Process], timeout: float = 5.0) -> list[str]:
+    """SIGTERM, then SIGKILL after `timeout`. Returns the names of the processes stopped."""
     names = []
     for p in victims:
         with contextlib.suppress(psutil.Error):
@@ -116,6 +132,17 @@ def kill_new_processes(display: str, baseline: set[int], timeout: float = 5.0) -
             p.kill()
     psutil.wait_procs(alive, timeout=timeout)
     return names
+
+
+def kill_new_processes(display: str, baseline: set[int], timeout: float = 5.0) -> list[str]:
+    """Stops every non-baseline process on the display; returns their names."""
+    victims = []
+    for pid in display_processes(display) - baseline:
+        try:
+            victims.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return stop(victims, timeout)
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, bool]]:
@@ -140,6 +167,19 @@ def restore_home(home: Path, pristine: Path) -> None:
     shutil.copytree(pristine, home, symlinks=True, dirs_exist_ok=True)
 
 
+def remove_new_entries(directory: Path, keep: set[str]) -> None:
+    """Remove what an episode left in `directory`: top-level entries not in `keep`, except the
+    sandbox's own (kubecua*: a desktop server restarted by supervisord makes a new zygote dir)."""
+    for entry in directory.iterdir():
+        if entry.name in keep or entry.name.startswith("kubecua"):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
 def homes_differ(home: Path, pristine: Path) -> list[str]:
     a, b = _snapshot(home), _snapshot(pristine)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))[:10]
@@ -150,20 +190,29 @@ class Resetter:
     display: str
     home: Path | None
     pristine: Path | None
+    # A directory apps share with nothing else (the image's /tmp): entries made after the
+    # baseline are removed by every reset. A local sandbox shares the host's /tmp, so None.
+    scratch: Path | None = None
     baseline: set[int] = field(default_factory=set)
+    scratch_baseline: set[str] = field(default_factory=set)
     killed: list[str] = field(default_factory=list)  # by the last reset, for the log
 
     def take_baseline(self) -> list[str]:
         procs = display_processes(self.display)
         self.baseline = {p for p in procs if not _zygote_child(p)}
+        if self.scratch is not None:
+            self.scratch_baseline = {e.name for e in self.scratch.iterdir()}
         return []
 
     def reset(self) -> tuple[float, list[str]]:
         """Returns (seconds, problems). No problems means verified clean."""
         start = time.monotonic()
         self.killed = kill_new_processes(self.display, self.baseline)
+        self.killed += stop(bus_services(self.display))  # before the home (and its dconf db)
         if self.home and self.pristine:
             restore_home(self.home, self.pristine)
+        if self.scratch is not None:
+            remove_new_entries(self.scratch, self.scratch_baseline)
         return time.monotonic() - start, self.problems()
 
     def problems(self) -> list[str]:

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kubecua_episode import actions, osworld
+from kubecua_episode import actions, evaluators, osworld
+from kubecua_episode.audio import AudioState
 from kubecua_episode.desktop import Desktop, DesktopError, is_black
 from kubecua_episode.metrics import Metrics
 from kubecua_episode.observe import build_observation, settle
@@ -91,13 +92,15 @@ class Sandbox:
         self.desktop = Desktop(settings.desktop_url, settings.token)
         self.resetter: Resetter | RemoteResetter = (
             RemoteResetter(self.desktop) if settings.remote
-            else Resetter(settings.display, settings.home, settings.pristine_home)
+            else Resetter(settings.display, settings.home, settings.pristine_home,
+                          settings.scratch_dir)
         )  # fmt: skip
         self.episode: Episode | None = None
         self.episodes_served = 0
         self.last_reset_seconds: float | None = None
         self.clean_problems: list[str] = []
         self.baseline_windows: set[str] = set()
+        self.audio: AudioState | None = None  # the sound server's baseline, restored by reset
         self.releasing = False
         self.started = False  # True once the baseline of a clean desktop is taken
 
@@ -110,6 +113,8 @@ class Sandbox:
         self.clean_problems = self.resetter.take_baseline()
         if not self.clean_problems:  # wmctrl answers
             self.baseline_windows = set(self.desktop.window_ids())
+        if not self.s.remote:  # a VM's sound state is the VM's (restarting it is the reset)
+            self.audio = AudioState.read(self.desktop)
         if self.s.remote:
             log.warning("remote desktop %s: releases close the episode's windows only; the home "
                         "is not restored (restarting the VM is the operator's job)",
@@ -128,6 +133,8 @@ class Sandbox:
     def _check_ready(self) -> str | None:
         if not self.started:
             return "Starting: waiting for the desktop to answer"
+        if not evaluators.loaded():
+            return "Starting: importing desktop-env's metric modules"
         if self.clean_problems:
             return "NotClean: " + "; ".join(self.clean_problems)
         try:
@@ -137,16 +144,23 @@ class Sandbox:
             return f"DesktopUnreachable: {e}"
         return None
 
+    @property
+    def busy(self) -> bool:
+        """An episode runs, or the last one's reset has not finished (the episode id is already
+        gone then: a watcher must wait for `busy` false, not for the id to change)."""
+        return self.episode is not None or self.releasing
+
     async def readiness(self) -> Readiness:
-        busy = self.episode is not None or self.releasing
         reason = await asyncio.to_thread(self._check_ready)
+        if reason is None and self.releasing:
+            reason = "Resetting: the last episode's desktop is being reset"
         self.metrics.ready.set(0 if reason else 1)
-        return Readiness(ready=reason is None and not self.releasing, busy=busy, reason=reason)
+        return Readiness(ready=reason is None, busy=self.busy, reason=reason)
 
     def status(self, ready: bool) -> SandboxStatus:
         return SandboxStatus(
             ready=ready,
-            busy=self.episode is not None,
+            busy=self.busy,
             episode_id=self.episode.id if self.episode else None,
             episodes_served=self.episodes_served,
             last_reset_seconds=self.last_reset_seconds,
@@ -322,6 +336,8 @@ class Sandbox:
     def _reset(self) -> tuple[float, list[str]]:
         t0 = time.monotonic()
         _, problems = self.resetter.reset()
+        if self.audio is not None:
+            problems += self.audio.restore(self.desktop)
         extra = set(self.desktop.window_ids()) - self.baseline_windows
         if extra:
             problems.append(f"windows still open: {sorted(extra)}")

@@ -53,6 +53,9 @@ class Settings:
     display: str = ":0"  # the desktop's X display; reset kills processes on it
     home: Path | None = None  # the desktop user's home, restored from `pristine_home` on reset
     pristine_home: Path | None = None
+    # A directory only the sandbox's apps use (the image's /tmp): reset removes what episodes
+    # left there. Unset for local sandboxes, which share the host's /tmp.
+    scratch_dir: Path | None = None
     cache_dir: Path = field(default_factory=lambda: Path("/tmp/kubecua-episode-cache"))
     max_body_bytes: int = 4 * MiB
     setup_timeout_s: float = 180.0
@@ -89,6 +92,7 @@ class Settings:
             display=e.get("KUBECUA_DISPLAY", ":0"),
             home=path("KUBECUA_HOME"),
             pristine_home=path("KUBECUA_PRISTINE_HOME"),
+            scratch_dir=path("KUBECUA_SCRATCH_DIR"),
             cache_dir=path("KUBECUA_CACHE_DIR") or Path("/tmp/kubecua-episode-cache"),
             max_body_bytes=int(e.get("KUBECUA_MAX_BODY_BYTES", str(4 * MiB))),
             idle_timeout_s=float(e.get("KUBECUA_IDLE_TIMEOUT_SECONDS", "600")),

@@ -264,7 +264,8 @@ def test_idle_episode_is_released_by_the_watchdog(
     eid = _start(http, task)
     assert (sandbox.home / "task-file.txt").exists()
     deadline = time.monotonic() + IDLE_TIMEOUT_S + 30
-    while http.get("/status").json()["episode_id"] == eid:
+    # The episode id goes at once; `busy` stays true until the release's reset has finished.
+    while (status := http.get("/status").json())["episode_id"] == eid or status["busy"]:
         assert time.monotonic() < deadline, "idle episode never released"
         time.sleep(0.2)
     gone = http.post(f"/episodes/{eid}/step", json={"action": "WAIT"})
