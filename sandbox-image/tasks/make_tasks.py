@@ -5,7 +5,8 @@
     sandbox-image/episode-server/.venv/bin/python sandbox-image/tasks/make_tasks.py
 
 rewrites the JSON files from the table below and from office_tasks.py (LibreOffice),
-browser_tasks.py (Chromium) and desktop_tasks.py (settings, multi-step GUI); the episode
+browser_tasks.py (Chromium), desktop_tasks.py (settings, multi-step GUI) and system_tasks.py
+(sudo, VLC, GIMP, sound, default apps, Chrome's profile); the episode
 server's venv has openpyxl and python-docx, which build the office documents.
 
 Every task runs with no network: inputs are written by setup steps, checks use desktop-env's
@@ -414,6 +415,7 @@ def main() -> None:
     import browser_tasks  # noqa: F401
     import desktop_tasks  # noqa: F401
     import office_tasks  # noqa: F401
+    import system_tasks  # noqa: F401
 
     write_all()
 

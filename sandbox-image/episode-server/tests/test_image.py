@@ -10,6 +10,7 @@ and left out of `make test-episode` (a container takes about a minute on this ma
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from conftest import free_port
 
 IMAGE = "localhost/kubecua/sandbox:dev"
+SUITE = Path(__file__).resolve().parents[2] / "tasks"
 PODMAN = ["podman", "--runtime", "runc"]  # crun refuses this host's cgroup layout
 LIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 pytestmark = pytest.mark.image
@@ -139,6 +141,37 @@ def test_episode_round_trip_through_podman_port_mapping(container: Container) ->
     assert http.get("/readyz").status_code == 200
     metrics = httpx.get(str(http.base_url) + "/metrics").text
     assert 'kubecua_sandbox_episodes_total{outcome="success"} 1.0' in metrics
+
+
+def _suite_scores(http: httpx.Client, path: Path) -> tuple[float, float, float]:
+    task = json.loads(path.read_text())
+    sols = json.loads(path.with_suffix(".solutions.json").read_text())
+    scores = []
+    for actions in (sols["reference"], [], sols["wrong"]):
+        started = http.post("/episodes", json={"task": task, **FAST})
+        assert started.status_code == 201, (task["id"], started.text[:500])
+        eid = started.json()["episode_id"]
+        for a in actions:
+            step = http.post(f"/episodes/{eid}/step", json=a)
+            assert step.status_code == 200, (task["id"], step.text[:500])
+            assert "error" not in step.json()["info"], (task["id"], step.json()["info"])
+        scores.append(http.post(f"/episodes/{eid}/evaluate").json()["score"])
+        assert http.delete(f"/episodes/{eid}").json()["clean"] is True, task["id"]
+    return scores[0], scores[1], scores[2]
+
+
+def test_system_tasks_score_right_twice_in_a_row_as_the_desktop_user(
+    container: Container,
+) -> None:
+    """As OSWorld's user (uid 1000, sudo with its password): sudo, VLC and GIMP config, sound
+    volume, default video player, Chrome bookmarks, GNOME settings; each twice on one sandbox."""
+    paths = sorted(SUITE.glob("system/*.json")) + sorted(SUITE.glob("settings/*.json"))
+    paths = [p for p in paths if not p.name.endswith(".solutions.json")]
+    assert len(paths) >= 8
+    for _ in range(2):
+        scores = {p.stem: _suite_scores(container.http, p) for p in paths}
+        bad = {k: v for k, v in scores.items() if not (v[0] == 1.0 and v[1] == 0.0 and v[2] < 1)}
+        assert not bad, f"(reference, no-op, wrong) scores off for: {bad}"
 
 
 def test_every_process_in_the_container_is_non_root(container: Container) -> None:

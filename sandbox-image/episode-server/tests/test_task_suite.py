@@ -2,7 +2,8 @@
 solution scores 1.0, doing nothing scores 0.0 and the deliberately wrong solution scores below 1.
 All episodes of the suite run on the one sandbox of this test session (reset between them, no
 new desktop). Tasks with a GUI app (editor, LibreOffice, Chromium, terminal, settings) are their
-own slower group, marked `gui`; both groups run in CI."""
+own slower group, marked `gui`; both groups run in CI. Settings and system tasks (sudo, VLC,
+GIMP, sound, default apps, Chrome's profile) run twice in a row."""
 
 from __future__ import annotations
 
@@ -77,14 +78,32 @@ def test_file_tasks_score_one_for_reference_zero_for_noop_below_one_for_wrong(
     _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name == "files"]))
 
 
+# State outside the task's own files (dconf, the sound server, VLC/GIMP/Chrome config, default
+# apps, root-owned files): these run twice in a row, so a reset that leaks state shows.
+TWICE = ("settings", "system")
+
+
 @pytest.mark.gui
 def test_gui_app_tasks_are_graded(sandbox: LocalSandbox) -> None:
-    _assert_graded(_run_suite(sandbox, [p for p in TASKS if p.parent.name != "files"]))
+    _assert_graded(
+        _run_suite(sandbox, [p for p in TASKS if p.parent.name not in ("files", *TWICE)])
+    )
+
+
+@pytest.mark.gui
+def test_system_and_settings_tasks_score_the_same_twice_in_a_row_on_one_sandbox(
+    sandbox: LocalSandbox,
+) -> None:
+    paths = [p for p in TASKS if p.parent.name in TWICE]
+    first, second = _run_suite(sandbox, paths), _run_suite(sandbox, paths)
+    _assert_graded(first)
+    _assert_graded(second)
 
 
 def test_suite_spans_the_areas_of_the_issue() -> None:
     areas = {p.parent.name for p in TASKS}
-    assert {"files", "terminal", "editor", "libreoffice", "browser", "settings"} <= areas
+    assert {"files", "terminal", "editor", "libreoffice", "browser", "settings", "system"} <= areas
     apps = {app for p in TASKS for app in _load(p)[0]["related_apps"]}
     assert {"libreoffice_calc", "libreoffice_writer", "chrome", "gedit", "settings"} <= apps
+    assert {"vlc", "gimp", "os"} <= apps
     assert max(_load(p)[0]["difficulty"] for p in TASKS) >= 7

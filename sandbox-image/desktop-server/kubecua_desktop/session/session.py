@@ -30,6 +30,16 @@ WRAPPER = Path(__file__).resolve().parent / "google-chrome"
 CHROME_LINK = Path("/usr/lib/chromium/chrome")
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 log = logging.getLogger(__name__)
+OPENBOX_RC = Path("/etc/xdg/openbox/rc.xml")
+TERMINAL_KEY = """<keyboard>
+  <keybind key="C-A-t">
+    <action name="Execute"><command>gnome-terminal</command></action>
+  </keybind>"""
+# No hardware here: a null sink stands in for the speakers, at PulseAudio's default volume.
+PULSE_SCRIPT = """load-module module-native-protocol-unix auth-anonymous=1
+load-module module-null-sink sink_name=kubecua sink_properties=device.description=Speakers
+set-default-sink kubecua
+"""
 
 
 @dataclass
@@ -111,6 +121,7 @@ class DesktopSession:
             self._start_dbus()
             self._start_atspi()
             self._start_wm()
+            self._start_audio()
             prepare_home(self.config, self.env)
             return self._start_server()
         except BaseException:
@@ -157,8 +168,27 @@ class DesktopSession:
         )
 
     def _start_wm(self) -> None:
-        wm = self._spawn("openbox", ["openbox", "--sm-disable"])
+        argv = ["openbox", "--sm-disable"]
+        if OPENBOX_RC.exists():  # Debian's default bindings plus Ctrl+Alt+T, as on Ubuntu
+            config = self.runtime / "openbox-rc.xml"
+            config.write_text(OPENBOX_RC.read_text().replace("<keyboard>", TERMINAL_KEY, 1))
+            argv += ["--config-file", str(config)]
+        wm = self._spawn("openbox", argv)
         wm.wait_until(self._has_wm, self.config.start_timeout_s, "managing the screen")
+
+    def _start_audio(self) -> None:
+        """PulseAudio with one null sink ("Speakers"), so volume tasks have a sink to turn.
+        Its socket is $XDG_RUNTIME_DIR/pulse/native, where pactl and apps look."""
+        if shutil.which("pulseaudio") is None:
+            log.warning("pulseaudio missing: no sound device (volume tasks will fail)")
+            return
+        script = self.runtime / "pulse.pa"
+        script.write_text(PULSE_SCRIPT)
+        argv = ["pulseaudio", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
+                "-n", "-F", str(script), "--log-target=stderr"]  # fmt: skip
+        pulse = self._spawn("pulseaudio", argv)
+        pulse.wait_until(lambda: self._ok(["pactl", "info"], "kubecua"),
+                         self.config.start_timeout_s, "serving its sink")  # fmt: skip
 
     def _has_wm(self) -> bool:
         # An EWMH window manager announces itself on the root window.

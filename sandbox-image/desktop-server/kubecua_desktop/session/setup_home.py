@@ -1,5 +1,7 @@
 """Prepare the session's home the way OSWorld's image has it: Desktop and friends, a wallpaper,
-VLC's HTTP interface on the session's port, Chrome's profile directory."""
+VLC's HTTP interface on the session's port with its first-run question answered, Chrome's profile
+directory, and a default video player that is not VLC (OSWorld's Ubuntu opens videos in its own
+player; tasks ask to make VLC the default)."""
 
 from __future__ import annotations
 
@@ -16,13 +18,49 @@ if TYPE_CHECKING:
 
 WALLPAPER_KEY = ["org.gnome.desktop.background", "picture-uri"]
 # VLC's HTTP interface as OSWorld's getters expect it (password "password"), on our port.
-VLCRC = """[core]
+VLCRC = """[qt]
+qt-privacy-ask=0
+[core]
+metadata-network-access=0
 extraintf=http
 [http]
 host=127.0.0.1
 port={port}
 password=password
 """
+
+
+VIDEO_PLAYER = "videos.desktop"
+VIDEO_ENTRY = """[Desktop Entry]
+Type=Application
+Name=Videos
+Exec=ffplay -autoexit %f
+Terminal=false
+NoDisplay=false
+MimeType={types};
+"""
+VLC_ENTRY = Path("/usr/share/applications/vlc.desktop")
+
+
+def video_types() -> list[str]:
+    """The video types VLC claims (the ones OSWorld's default-player getter counts)."""
+    types = ["video/mp4", "video/x-matroska", "video/webm", "video/x-msvideo", "video/mpeg"]
+    if VLC_ENTRY.exists():
+        for line in VLC_ENTRY.read_text().splitlines():
+            if line.startswith("MimeType="):
+                types = [t for t in line[9:].split(";") if t.startswith("video/")]
+    return types
+
+
+def default_video_player(home: Path) -> None:
+    types = video_types()
+    apps = home / ".local/share/applications"
+    apps.mkdir(parents=True, exist_ok=True)
+    (apps / VIDEO_PLAYER).write_text(VIDEO_ENTRY.format(types=";".join(types)))
+    mimeapps = home / ".config/mimeapps.list"
+    if not mimeapps.exists():
+        lines = ["[Default Applications]", *(f"{t}={VIDEO_PLAYER}" for t in types)]
+        mimeapps.write_text("\n".join(lines) + "\n")
 
 
 def default_wallpaper(path: Path, width: int, height: int) -> None:
@@ -42,6 +80,7 @@ def prepare_home(config: SessionConfig, env: Mapping[str, str]) -> None:
     vlcrc = home / ".config/vlc/vlcrc"
     if not vlcrc.exists():
         vlcrc.write_text(VLCRC.format(port=config.vlc_port))
+    default_video_player(home)
     wallpaper = home / ".local/share/backgrounds/kubecua.png"
     if not wallpaper.exists():
         wallpaper.parent.mkdir(parents=True, exist_ok=True)
