@@ -275,3 +275,39 @@ def test_idle_episode_is_released_by_the_watchdog(
     metrics = httpx.get(str(http.base_url) + "/metrics").text
     assert 'kubecua_sandbox_episodes_total{outcome="abandoned"} 1.0' in metrics
     assert http.get("/readyz").status_code == 200
+
+
+def _count(http: httpx.Client, name: str) -> float:
+    try:
+        return _metric(http, name)
+    except AssertionError:
+        return 0.0  # a labelled series appears at its first increment
+
+
+def test_setup_step_the_desktop_refuses_fails_the_episode_as_setup_failed(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    """desktop-env only logs a launch the desktop refused and goes on; here it is setup_failed
+    (excluded from the loss), not an ordinary episode that scores 0."""
+    failed = 'kubecua_sandbox_episodes_total{outcome="setup_failed"}'
+    before = _count(http, failed)
+    launch = {"type": "launch", "parameters": {"command": ["kubecua-no-such-app"]}}
+    resp = http.post("/episodes", json={"task": {**WRITE_TASK, "config": [launch]}, **FAST})
+    assert resp.status_code == 502, resp.text
+    assert resp.json()["reason"] == "SetupFailed"
+    assert "setup step 1 (launch) failed" in resp.json()["detail"]
+    assert _count(http, failed) == before + 1
+    assert http.get("/readyz").status_code == 200
+
+
+def test_setup_command_exiting_nonzero_goes_on_and_is_logged(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    """desktop-env's `execute` ignores the exit code (upstream setups rely on it), so the
+    episode starts; the exit is logged with the command's stderr."""
+    step = {"type": "execute", "parameters": {"command": "echo oops-7 >&2; exit 3", "shell": True}}
+    eid = _start(http, {**WRITE_TASK, "config": [step]})
+    assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+    log = (sandbox.workdir / "logs" / "episode.log").read_text()
+    warning = next(line for line in log.splitlines() if "command exited 3" in line)
+    assert "oops-7" in warning
