@@ -20,14 +20,14 @@ from kubecua_operator.sandboxpool import reconcile as pools
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
 from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod
 from kubecua_operator.trainingrun import reconcile as runs
-from kubecua_operator.trainingrun.status import summarize_job
+from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer_pod
 
 G, V = names.GROUP, names.VERSION
 POOL, RUN = names.POOL_LABEL, names.RUN_LABEL
 IN_POOL: Any = {POOL: kopf.PRESENT}
 SANDBOX_SERVICE: Any = {POOL: kopf.PRESENT, names.COMPONENT_LABEL: "sandbox"}
 OUR_SLICES: Any = {POOL: kopf.PRESENT, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER}
-TRAINER_JOB: Any = {RUN: kopf.PRESENT, names.COMPONENT_LABEL: "trainer"}
+TRAINER_JOB: Any = {RUN: kopf.PRESENT, names.COMPONENT_LABEL: "trainer"}  # Jobs and their pods
 
 
 @kopf.on.startup()
@@ -87,7 +87,9 @@ def _pool_loop(live: loops.Live) -> Any:
 
 
 def _run_loop(live: loops.Live) -> Any:
-    return runs.run_loop(live, _INDEXES["trainer_jobs"], _INDEXES["pool_readiness"])
+    return runs.run_loop(
+        live, _INDEXES["trainer_jobs"], _INDEXES["pool_readiness"], _INDEXES["trainer_pods"]
+    )
 
 
 POOL_LOOPS = loops.Loops(_pool_loop)
@@ -96,7 +98,7 @@ RUN_LOOPS = loops.Loops(_run_loop)
 
 def _keep_indexes(kw: dict[str, Any]) -> None:
     for name in ("sandbox_pods", "sandbox_services", "sandbox_slices", "trainer_jobs",
-                 "pool_readiness"):  # fmt: skip
+                 "pool_readiness", "trainer_pods"):  # fmt: skip
         _INDEXES[name] = kw[name]
 
 
@@ -129,7 +131,13 @@ async def trainer_jobs(**kw: Any) -> dict:
     return {(kw["namespace"], kw["labels"][RUN]): summarize_job(dict(kw["body"]))}
 
 
+@kopf.index("pods", labels=TRAINER_JOB)
+async def trainer_pods(**kw: Any) -> dict:
+    return {(kw["namespace"], kw["labels"][RUN]): summarize_trainer_pod(dict(kw["body"]))}
+
+
 @kopf.on.event("batch", "v1", "jobs", labels=TRAINER_JOB)
+@kopf.on.event("pods", labels=TRAINER_JOB)
 async def wake_run(**kw: Any) -> None:
     wakeups.signal("TrainingRun", kw["namespace"], kw["labels"][RUN])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .conftest import REPO, wait_until
 from .helpers import condition, pool_manifest, pool_status, set_pod_status, wait_pool
 from .test_pool_kubevirt_backend import kubevirt_pool
+from .test_trainingrun_lifecycle import run_manifest
 
 VM_CRD = "crd/virtualmachines.kubevirt.io"
 
@@ -76,3 +77,22 @@ def test_kubevirt_pool_without_kubevirt_says_so(cluster, kube, operator, namespa
         data = REPO / "operator" / "tests" / "data" / "kubevirt-crds.yaml"
         cluster.kubectl("apply", "-f", str(data))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", VM_CRD)
+
+
+def test_run_whose_trainer_cannot_be_scheduled_is_pending_with_the_schedulers_reason(
+    kube, operator, namespace
+):
+    kube.create(pool_manifest("desks", namespace, 2))
+    wait_pool(kube, namespace, "desks", ready=2)
+    kube.create(run_manifest(namespace, checkpoint={"volume": "no-such-pvc"}))
+
+    def blocked() -> dict | None:
+        st = (kube.get("TrainingRun", namespace, "qwen") or {}).get("status") or {}
+        cond = condition(st, "Progressing")
+        return st if cond.get("reason") == "TrainerUnschedulable" else None
+
+    st = wait_until(blocked, 90, "TrainerUnschedulable")
+    assert st["phase"] == "Pending"
+    assert (
+        'persistentvolumeclaim "no-such-pvc" not found' in condition(st, "Progressing")["message"]
+    )

@@ -73,12 +73,17 @@ def invalid_reason(spec: Obj) -> str:
     return ""
 
 
-def observe(run: Obj, jobs: kopf.Index, pools: kopf.Index) -> status.Observed:
+def observe(
+    run: Obj, jobs: kopf.Index, pools: kopf.Index, trainer_pods: Any = None
+) -> status.Observed:
     meta, spec = run["metadata"], run["spec"]
-    found = list(jobs.get((meta["namespace"], meta["name"]), []))
+    key = (meta["namespace"], meta["name"])
+    found = list(jobs.get(key, []))
+    pods = tuple(trainer_pods.get(key, [])) if trainer_pods is not None else ()
     pool = spec["sandboxes"].get("poolRef")
     if not pool:
-        return status.Observed(found[0] if found else None, None, invalid=invalid_reason(spec))
+        job = found[0] if found else None
+        return status.Observed(job, None, invalid=invalid_reason(spec), pods=pods)
     entries = list(pools.get((meta["namespace"], pool), []))
     ready, uid, backend = entries[0] if entries else (0, "", "")
     return status.Observed(
@@ -87,6 +92,7 @@ def observe(run: Obj, jobs: kopf.Index, pools: kopf.Index) -> status.Observed:
         pool_found=bool(entries),
         invalid=invalid_reason(spec),
         pool=(uid, backend) if entries else None,
+        pods=pods,
     )
 
 
@@ -119,9 +125,11 @@ def report_demand(run: Obj, finished: bool) -> None:
     metrics.set_run_demand(meta["namespace"], meta["name"], pool, need)
 
 
-async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory) -> None:
+async def reconcile_run(
+    run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory, pods: Any = None
+) -> None:
     api = kube()
-    seen = observe(run, jobs, pools)
+    seen = observe(run, jobs, pools, pods)
     if not seen.invalid:
         await ensure_static(api, run, memory)
         await drive_job(api, run, seen)
@@ -141,7 +149,7 @@ async def reconcile_run(run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: R
         await call(events.post, api, run, new["phase"], message, new["phase"] == status.FAILED)
 
 
-async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index) -> None:
+async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index, pods: Any = None) -> None:
     """The per-run loop; `live.body` is the run as last seen by the watch."""
     cfg, meta = settings_mod.get(), live.body["metadata"]
     key: wakeups.Key = ("TrainingRun", meta["namespace"], meta["name"])
@@ -151,7 +159,7 @@ async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index) -> None:
         while not live.stopped:
             try:
                 with metrics.timed_reconcile("TrainingRun"):
-                    await reconcile_run(live.body, jobs, pools, memory)
+                    await reconcile_run(live.body, jobs, pools, memory, pods)
             except Exception as err:  # the next pass retries from the world's state
                 log.exception("reconcile of run %s/%s failed: %s", *key[1:], err)
             await wakeups.wait(key, cfg.resync_seconds)

@@ -51,6 +51,42 @@ def summarize_job(body: Obj) -> JobView:
     )
 
 
+STUCK_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainerPod:
+    """Why a trainer pod cannot run, if it cannot (kept in a kopf index): the scheduler's
+    Unschedulable message (e.g. a missing PVC), or a container stuck waiting (ErrImagePull)."""
+
+    name: str
+    unschedulable: str = ""
+    stuck_reason: str = ""
+    stuck_message: str = ""
+
+
+def summarize_trainer_pod(body: Obj) -> TrainerPod:
+    status = body.get("status") or {}
+    conds: list[Obj] = status.get("conditions") or []
+    sched: Obj = next((c for c in conds if c.get("type") == "PodScheduled"), {})
+    unschedulable = (
+        status.get("phase", "Pending") == "Pending"  # a running pod was scheduled, whatever else
+        and sched.get("status") == "False"
+        and sched.get("reason") == "Unschedulable"
+    )
+    waiting = [
+        (c.get("state") or {}).get("waiting") or {} for c in status.get("containerStatuses") or []
+    ]
+    stuck = next((w for w in waiting if w.get("reason") in STUCK_REASONS), {})
+    return TrainerPod(
+        name=body["metadata"]["name"],
+        unschedulable=str(sched.get("message") or "unschedulable") if unschedulable else "",
+        stuck_reason=str(stuck.get("reason", "")),
+        stuck_message=str(stuck.get("message", "")),
+    )
+
+
 @dataclass(frozen=True)
 class Observed:
     """The world as one pass sees it."""
@@ -60,6 +96,7 @@ class Observed:
     pool_found: bool = True
     invalid: str = ""  # a reason the run can never start in a cluster
     pool: tuple[str, str] | None = None  # the bound pool's (uid, backend)
+    pods: tuple[TrainerPod, ...] = ()  # trainer pods of the Job
 
 
 def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:
@@ -87,6 +124,12 @@ def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
         return SUCCEEDED, "Completed", "trainer finished all steps"
     if spec.get("suspend"):
         return SUSPENDED, "Suspended", "suspended by spec.suspend"
+    blocked = next((p for p in seen.pods if p.unschedulable), None)
+    if job and blocked:
+        return PENDING, "TrainerUnschedulable", f"{blocked.name}: {blocked.unschedulable}"
+    stuck = next((p for p in seen.pods if p.stuck_reason), None)
+    if job and stuck:
+        return PENDING, stuck.stuck_reason, f"{stuck.name}: {stuck.stuck_message}".rstrip(": ")
     if job and job.active > 0 and not job.suspend:
         return RUNNING, "TrainerRunning", f"{job.active} trainer pods active"
     if job is None:
