@@ -8,6 +8,7 @@ short forever. Now the operator reads the object: if the pool controls it, its l
 from __future__ import annotations
 
 import re
+import time
 
 from .conftest import wait_until
 from .helpers import pool_manifest, pool_status, wait_pool
@@ -36,6 +37,7 @@ def test_sandbox_without_its_pool_label_is_adopted_not_recreated(kube, operator,
     kube.create(pool_manifest("desks", namespace, 3))
     wait_pool(kube, namespace, "desks", ready=3, total=3)
     uid = kube.get("Pod", namespace, "desks-1")["metadata"]["uid"]
+    started = time.monotonic()
     kube.patch("Pod", namespace, "desks-1", {"metadata": {"labels": {"kubecua.dev/pool": None}}})
 
     def relabelled() -> bool:
@@ -46,6 +48,7 @@ def test_sandbox_without_its_pool_label_is_adopted_not_recreated(kube, operator,
         )
 
     wait_until(relabelled, 30, "desks-1 adopted back")
+    print(f"label removed, sandbox adopted back: {time.monotonic() - started:.1f}s")
     wait_pool(kube, namespace, "desks", ready=3, total=3)
     names = sorted(p["metadata"]["name"] for p in owned_pods(kube, namespace, "desks"))
     assert names == ["desks-0", "desks-1", "desks-2"]
