@@ -7,7 +7,8 @@ Run under torchrun (world 1 works: `make bench-trainer-distributed`; NPROC=2 on 
   without the NCCL transfer a multi-GPU run adds.
 - learner: tokens/s of one learner step (4 screenshots at 1280x720 per rank, ~5.3k tokens, full
   activation checkpointing, bf16 weights, AdamW) by the plain single-process learner and by the
-  FSDP2 learner on the same model and sample, and their peak memory; per GPU and summed.
+  FSDP2 learner on the same model and sample, and their peak memory, per GPU; with --levers
+  also the FSDP2 learner with host offload (CPUOffloadPolicy) and with compiled layers.
 Rank 0 prints one JSON line. Without a GPU it runs the toy-width shape and says so.
 """
 
@@ -27,7 +28,7 @@ from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.perf.cases import ALGO
 from kubecua_trainer.perf.checkpointing import set_checkpointing
-from kubecua_trainer.perf.fast_paths import apply_fast_paths
+from kubecua_trainer.perf.fast_paths import apply_fast_paths, compile_layers
 from kubecua_trainer.perf.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.sharded import refresh_weights, shard_policy
 
@@ -63,20 +64,26 @@ def refresh_figures(shape: str, device: str, d: Dist) -> dict[str, Any]:
     return out
 
 
-def step_figures(shape: str, device: str, d: Dist, sharded: bool, images: int) -> dict[str, Any]:
+def step_figures(
+    shape: str, device: str, d: Dist, sharded: bool, images: int, lever: str = ""
+) -> dict[str, Any]:
+    """lever: "" (none), "offload" (CPUOffloadPolicy) or "compile" (compiled layers), FSDP2."""
     torch.manual_seed(0)
     model = build_model(shape, device)
     if device == "cuda":
         apply_fast_paths(model)
     set_checkpointing(model, 1.0, 1.0)
+    if lever == "compile":
+        compile_layers(model)
     policy = bench_policy(model)
     if sharded:
-        learner = Learner(policy, ALGO, net=shard_policy(policy), dist=d)
+        net = shard_policy(policy, offload=lever == "offload")
+        learner = Learner(policy, ALGO, net=net, dist=d)
         batch = [synthetic_sample(model, images, 1280, 720, seed) for seed in range(d.world)]
     else:
         learner = Learner(policy, ALGO)
         batch = [synthetic_sample(model, images, 1280, 720, d.rank)]
-    learner.step(batch)  # warm-up (AdamW state, kernels)
+    learner.step(batch)  # warm-up (AdamW state, kernels, compilation)
     times = []
     for _ in range(3):
         _sync()
@@ -100,6 +107,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="also write the JSON here (rank 0)")
     p.add_argument("--skip-7b", action="store_true")
+    p.add_argument("--levers", action="store_true", help="also FSDP2 + offload, FSDP2 + compile")
     args = p.parse_args()
     d = init_from_env(min_world=1)
     gpu = torch.cuda.is_available()
@@ -121,6 +129,11 @@ def main() -> None:
     ratio = fsdp["tokens_per_second_per_gpu"] / plain["tokens_per_second_per_gpu"]
     result["learner"] = {"shape": shapes[0], "plain": plain, "fsdp2": fsdp,
                          "fsdp2_over_plain": round(ratio, 3)}  # fmt: skip
+    if args.levers:
+        result["learner"]["fsdp2_levers"] = {
+            lever: step_figures(shapes[0], device, d, sharded=True, images=images, lever=lever)
+            for lever in ("offload", "compile")
+        }
     if d.is_main:
         line = json.dumps(result)
         print(line, flush=True)
