@@ -2,9 +2,9 @@
 
 Desktops are the scarce resource: with the synchronous loop they sit idle while the learner
 steps; with staleness 1 the next step's episodes play meanwhile. This runs the same small
-TrainingRun twice on the same two real local desktops (Xvfb + episode servers, real tasks and
-evaluators), the tiny model on the CPU, once per mode after a one-step warm-up, and reports for each the fraction of wall
-time the desktops were held by an episode:
+TrainingRun on the same two real local desktops (Xvfb + episode servers, real tasks and
+evaluators), the tiny model on the CPU, once per mode after a one-step warm-up, and reports for
+each the fraction of wall time the desktops were held by an episode:
     sum over episodes of sandbox_seconds / (wall seconds x desktops),
 wall measured from the first rollout's start to the last update's end (the run's history).
 Needs `make sandbox-env`. Run: `make bench-trainer-rollouts` (prints one JSON line).
