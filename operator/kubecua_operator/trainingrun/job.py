@@ -155,7 +155,14 @@ def build_job(
                     "serviceAccountName": child,
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 600,  # time to write a checkpoint
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+                    # The trainer image's own user: torch looks its name up (getpass) at import,
+                    # and a uid missing from the image's /etc/passwd makes that fail.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,
+                    },
                     "containers": [container],
                     "volumes": volumes,
                 },
