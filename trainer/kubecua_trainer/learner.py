@@ -172,16 +172,22 @@ class Learner:
             from kubecua_trainer.sharded import load_optimizer_full_state
 
             if self.dist.is_main and "optimizer_by_name" not in d:
-                raise ValueError(
+                raise _format_error(
                     "this checkpoint's optimizer state comes from a single-process run; a "
                     "distributed run resumes only from a distributed run's checkpoint"
                 )
             load_optimizer_full_state(self.net, self.optimizer, d.get("optimizer_by_name", {}))
         elif "optimizer" not in d:
-            raise ValueError(
+            raise _format_error(
                 "this checkpoint's optimizer state comes from a distributed run; a single "
                 "process resumes only from a single-process run's checkpoint"
             )
         else:
             self.optimizer.load_state_dict(d["optimizer"])
         self.steps = int(d["steps"])
+
+
+def _format_error(message: str) -> Exception:
+    from kubecua_trainer.config import ConfigError  # the CLI reports it and exits 2
+
+    return ConfigError(message)

@@ -14,8 +14,17 @@ from pathlib import Path
 import pytest
 from test_metrics import free_port
 
-from kubecua_trainer.config import API_VERSION, KIND, ConfigError, parse_training_run
+from kubecua_trainer.checkpoint import load_checkpoint
+from kubecua_trainer.config import (
+    API_VERSION,
+    KIND,
+    AlgorithmConfig,
+    ConfigError,
+    parse_training_run,
+)
 from kubecua_trainer.distributed import balance_by_tokens, check_world, episode_owner
+from kubecua_trainer.learner import Learner
+from kubecua_trainer.model import load_policy
 from kubecua_trainer.rollout.groups import Group, merge_groups
 from kubecua_trainer.rollout.records import EpisodeResult
 
@@ -53,6 +62,11 @@ def test_two_ranks_train_like_one_process_refresh_bitwise_and_resume_exactly(
     ckpts = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     assert ckpts == ["step-00000001"]
     assert (tmp_path / "ckpt/step-00000001/model.safetensors").is_file()
+    # a single process refuses it, saying why (the optimizer state is keyed differently)
+    policy = load_policy(str(tiny_model_dir), "float32", "cpu")
+    learner = Learner(policy, AlgorithmConfig())
+    with pytest.raises(ConfigError, match="comes from a distributed run"):
+        load_checkpoint(tmp_path / "ckpt/step-00000001", policy, learner, None)
 
 
 def test_token_balance_splits_a_step_evenly() -> None:
