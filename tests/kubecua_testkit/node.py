@@ -89,7 +89,18 @@ def kwokctl_config(ip: str, pki: Path) -> str:
         "options": {"bindAddress": "127.0.0.1", "kubeApiserverCertSANs": [SERVICE_IP, ip]},
         "componentsPatches": [{
             "name": "kube-apiserver",
-            "extraArgs": [{"key": k, "value": v, "override": True} for k, v in args.items()],
+            # override replaces kwokctl's own flag; the others are added
+            "extraArgs": [{"key": k, "value": v, "override": k == "bind-address"}
+                          for k, v in args.items()],
+        }, {
+            # kwokctl's binary runtime lets kwok manage every node, which would fake the real
+            # node's heartbeats and pod statuses: only the nodes kwokctl creates (annotated fake).
+            "name": "kwok-controller",
+            "extraArgs": [
+                {"key": "manage-all-nodes", "value": "false", "override": True},
+                {"key": "manage-nodes-with-annotation-selector",
+                 "value": "kwok.x-k8s.io/node=fake"},
+            ],
         }],
     }  # fmt: skip
     return yaml.safe_dump(doc)
