@@ -9,23 +9,29 @@ The client is NOT exercised against a live sglang server here.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from loopback_sandbox import TOKEN, LoopbackSandbox
+from test_train import local_run
 
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.sglang import SGLangEngine, collapse_image_pads
+from kubecua_trainer.sources.static import StaticSource
 from kubecua_trainer.testing.images import screenshot
+from kubecua_trainer.train import RunOptions, train
 
 PAD, STOP = 9, 2
 
 
-def _app(seen: list[dict[str, Any]]) -> FastAPI:
+def _app(seen: list[dict[str, Any]], pad: int = PAD) -> FastAPI:
     app = FastAPI()
 
     @app.post("/generate")
@@ -34,7 +40,7 @@ def _app(seen: list[dict[str, Any]]) -> FastAPI:
         if "input_ids" not in req or not req.get("return_logprob"):
             raise HTTPException(400, "input_ids and return_logprob required")
         n_images = len(req.get("image_data") or [])
-        if req["input_ids"].count(PAD) != n_images:
+        if req["input_ids"].count(pad) != n_images:
             raise HTTPException(400, "one image pad per image expected")
         sp = req["sampling_params"]
         out = [11, 12, STOP] if sp["max_new_tokens"] >= 3 else [11, 12][: sp["max_new_tokens"]]
@@ -58,7 +64,8 @@ def _app(seen: list[dict[str, Any]]) -> FastAPI:
     @app.post("/update_weights_from_disk")
     def update(req: dict[str, Any]) -> dict[str, Any]:
         seen.append(req)
-        ok = req["model_path"].startswith("/ckpt/")
+        path = req["model_path"]
+        ok = path.startswith("/ckpt/") or (Path(path) / "model.safetensors").is_file()
         return {"success": ok, "message": "ok" if ok else "no such path", "num_paused_requests": 0}
 
     return app
@@ -66,10 +73,14 @@ def _app(seen: list[dict[str, Any]]) -> FastAPI:
 
 @pytest.fixture
 def sglang_url() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    yield from _serve(PAD)
+
+
+def _serve(pad: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     seen: list[dict[str, Any]] = []
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(_app(seen), log_level="warning")
+    config = uvicorn.Config(_app(seen, pad), log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -128,6 +139,37 @@ def test_update_weights_and_errors_are_reported(sglang_url: Any) -> None:
 
     asyncio.run(run())
     assert [r["model_path"] for r in seen[:2]] == ["/ckpt/step-00000003"] * 2
+    assert [r["weight_version"] for r in seen[:2]] == ["3", "3"]
+
+
+def test_the_loop_hands_sglang_the_weights_of_every_step(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Weights reach the servers after every update, not only at checkpoints: a weights-only HF
+    directory on the steps without a checkpoint, the checkpoint on the others."""
+    pad = int(json.loads((tiny_model_dir / "config.json").read_text())["image_token_id"])
+    served = _serve(pad)
+    url, seen = next(served)
+    try:
+        with LoopbackSandbox() as a:
+            run = local_run(tmp_path, tiny_model_dir, [a.url], steps=3, port=0)
+            run.spec.rollout.engine = "sglang"
+            run.spec.rollout.sglang_urls = [url]
+            run.spec.algorithm.dynamic_sampling = False
+            opts = RunOptions(console=False, source=StaticSource([a.url], TOKEN))
+            result = asyncio.run(train(run, opts))
+    finally:
+        next(served, None)
+    assert [r["step"] for r in result.history] == [1, 2, 3]
+    updates = [r for r in seen if "model_path" in r]
+    root = tmp_path / "out/checkpoints"
+    assert [r["model_path"] for r in updates] == [
+        str(root / "weights/step-00000001"),  # everySteps 2: no checkpoint at step 1
+        str(root / "step-00000002"),
+        str(root / "step-00000003"),
+    ]
+    assert [r["weight_version"] for r in updates] == ["1", "2", "3"]
+    assert (root / "weights/step-00000001/model.safetensors").is_file()
 
 
 def test_collapse_image_pads() -> None:
