@@ -34,8 +34,8 @@ CRUD = {"get", "list", "watch", "create", "patch", "delete"}
 APPLY = {"get", "create", "patch"}  # create, or read and patch what differs
 # Every verb the chart grants, resource by resource (docs/reliability.md says why each).
 GRANTED = {
-    "sandboxpools.kubecua.dev": {"list", "watch"},
-    "trainingruns.kubecua.dev": {"get", "list", "watch"},
+    "sandboxpools.kubecua.dev": {"list", "watch", "patch"},
+    "trainingruns.kubecua.dev": {"get", "list", "watch", "patch"},
     "sandboxpools.kubecua.dev/status": {"patch"},
     "trainingruns.kubecua.dev/status": {"get", "patch"},
     "pods": CRUD,
@@ -162,9 +162,11 @@ def test_operator_runs_pools_and_runs_on_the_charts_grants_alone(
                 ("NetworkPolicy", "qwen-run"), ("NetworkPolicy", "desks-sandboxes")]  # fmt: skip
     for kind, name in children:
         assert kube.get(kind, namespace, name), f"{kind} {name}"
+    # RBAC denials name the account ("... User \"system:serviceaccount:...\" cannot get
+    # resource ..."); other 403s (e.g. writing into a namespace being deleted) are not RBAC's.
     log = operator_as_its_account.log_path.read_text()
-    assert "Forbidden" not in log, log[-3000:]
-    assert '"status": 403' not in log, log[-3000:]
+    denied = re.findall(rf'{SA.rsplit(":", 1)[1]}\\*"? cannot [a-z]+ resource [^ ]+', log)
+    assert denied == []
 
 
 def test_admission_refuses_a_token_secret_ref_its_author_may_not_read(

@@ -5,13 +5,14 @@ of any kind: pool tokens are derived from the operator's own key and only ever c
 trainer's Role can be granted only because the operator holds every verb in it itself (RBAC
 escalation check), so no `escalate` or `bind`. */}}
 {{- define "kubecua.operatorRules" -}}
-# Its own resources: kopf lists and watches them; get is held only to grant it to a trainer.
+# Its own resources: kopf lists and watches them, and patches only to take off the finalizer an
+# operator before 0.2 put on them (this one adds none); get is held only to grant it to a trainer.
 - apiGroups: [kubecua.dev]
   resources: [sandboxpools]
-  verbs: [list, watch]
+  verbs: [list, watch, patch]
 - apiGroups: [kubecua.dev]
   resources: [trainingruns]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [kubecua.dev]
   resources: [sandboxpools/status]
   verbs: [patch]
