@@ -5,13 +5,14 @@ several-step edit in the text editor. Reference solutions only type and press ke
 
 from __future__ import annotations
 
-from taskkit import H, check, gui, launch, task, wait_drawn, wait_window, write
+from taskkit import H, check, gui, launch, task, wait_drawn, wait_until, wait_window, write
 
 
 def terminal_setup() -> list[dict]:
     return [
         launch("gnome-terminal", "--title=kubecua-terminal", f"--working-directory={H}"),
-        wait_window("kubecua-terminal"),
+        # By window class: a user's ~/.bashrc (the image's, Ubuntu's) retitles the window.
+        wait_until("wmctrl -lx | grep -qi 'gnome-terminal'", "gnome-terminal window"),
         wait_drawn(min_colors=20),
     ]
 

@@ -8,7 +8,7 @@ tasks are. The suite runs each of them twice on one sandbox: a reset must undo a
 from __future__ import annotations
 
 from browser_tasks import WEB, chrome_setup, go_to
-from taskkit import H, check, gui, py, sh, task
+from taskkit import H, check, gui, py, sh, task, wait_until
 
 # Root-only file made with sudo, as OSWorld's setups do ({CLIENT_PASSWORD} is desktop-env's).
 SUDO_SETUP = sh(
@@ -109,7 +109,8 @@ BOOKMARK = gui("pyautogui.hotkey('ctrl', 'd'); time.sleep(1.0); pyautogui.press(
 task(
     "system", "chrome-bookmark-page",
     "Bookmark the page that is open in the browser, in the bookmarks bar.",
-    chrome_setup(),
+    # Keys go to the focused window: wait until Chrome's page window has the focus.
+    [*chrome_setup(), wait_until("xdotool getactivewindow getwindowname | grep -q '^Home'", "Chrome focused")],
     {
         "func": "is_expected_bookmarks",
         "result": {"type": "bookmarks"},

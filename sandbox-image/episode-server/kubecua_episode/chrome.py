@@ -1,10 +1,10 @@
 """Chrome's profile files settle before evaluation reads them.
 
 Chrome keeps preferences, bookmarks, history and cookies in memory and writes them to the profile
-later (preferences about 10 s after a change), so a getter that reads a profile file right after
-a fast agent's change sees the old value and a correct episode scores 0. A human's browser
-writes them when it is closed; this does the same before such getters run: SIGTERM to the
-browser process (a clean shutdown that commits every pending write), then wait for it to exit.
+later (preferences about 10 s after a change, bookmarks 2.5 s), so a getter that reads a profile
+file right after a fast agent's change sees the old value and a correct episode scores 0. A
+human's browser writes them when its windows are closed; this does the same before such getters
+run, and waits for the browser to exit.
 Tasks that also read the live browser (tabs over CDP) are left alone: closing it would break
 those getters (docs/osworld-compat.md)."""
 
@@ -35,7 +35,9 @@ LIVE_GETTERS = frozenset({
 
 # The browser processes of this desktop's user: `chrome` without --type= (renderers, GPU and
 # zygotes have one), started with this home's profile (local sandboxes share a host) or with
-# the default one (OSWorld's VM). Exit 0 once they are gone, 1 if they outlive 10 s.
+# the default one (OSWorld's VM). Their windows are closed as a user closes them (a full
+# shutdown: every profile file is written; SIGTERM only commits preferences), then SIGTERM
+# for a browser still running after 10 s. Exit 0 once they are gone, 1 if they outlive that.
 CLOSE_BROWSER = r"""
 pids=""
 for p in $(pgrep -x 'chrome|chromium'); do
@@ -48,12 +50,14 @@ for p in $(pgrep -x 'chrome|chromium'); do
   pids="$pids $p"
 done
 [ -z "$pids" ] && exit 0
-kill -TERM $pids
-for i in $(seq 100); do
-  alive=""; for p in $pids; do kill -0 $p 2>/dev/null && alive=1; done
-  [ -z "$alive" ] && exit 0
-  sleep 0.1
+gone() { for p in $pids; do kill -0 $p 2>/dev/null && return 1; done; return 0; }
+wait_gone() { for i in $(seq $1); do gone && return 0; sleep 0.1; done; return 1; }
+for p in $pids; do
+  for w in $(wmctrl -lp 2>/dev/null | awk -v p=$p '$3 == p {print $1}'); do wmctrl -i -c $w; done
 done
+wait_gone 100 && exit 0
+kill -TERM $pids 2>/dev/null
+wait_gone 50 && exit 0
 echo "chrome did not exit: $pids" >&2; exit 1
 """
 
