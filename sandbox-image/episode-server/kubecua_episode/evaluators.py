@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 import threading
@@ -35,6 +36,8 @@ UNAVAILABLE = {
 }
 _lock = threading.Lock()
 _loaded = threading.Event()
+_error: list[str] = []
+log = logging.getLogger("kubecua.episode")
 
 
 @cache
@@ -101,8 +104,21 @@ def loaded() -> bool:
     return _loaded.is_set()
 
 
+def import_error() -> str | None:
+    """Why the import failed (a broken environment), for /readyz; None while fine."""
+    return _error[0] if _error else None
+
+
+def _preload() -> None:
+    try:
+        load()
+    except Exception as e:  # the server stays up and says why it is not ready
+        log.exception("importing desktop-env's metric modules failed")
+        _error.append(f"{type(e).__name__}: {e}")
+
+
 def preload() -> threading.Thread:
-    thread = threading.Thread(target=load, name="metrics-import", daemon=True)
+    thread = threading.Thread(target=_preload, name="metrics-import", daemon=True)
     thread.start()
     return thread
 

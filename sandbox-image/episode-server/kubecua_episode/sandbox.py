@@ -133,6 +133,8 @@ class Sandbox:
     def _check_ready(self) -> str | None:
         if not self.started:
             return "Starting: waiting for the desktop to answer"
+        if error := evaluators.import_error():
+            return f"EvaluatorsUnavailable: desktop-env's metric modules did not import: {error}"
         if not evaluators.loaded():
             return "Starting: importing desktop-env's metric modules"
         if self.clean_problems:
