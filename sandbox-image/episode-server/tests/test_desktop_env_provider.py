@@ -119,7 +119,9 @@ def test_desktop_env_runs_suite_tasks_through_the_attach_provider(
                 assert obs["instruction"] == task["instruction"]
                 for step in reference:
                     action = step["action"]
-                    env.step(action, pause=0 if action in ("DONE", "FAIL") else 1.0)
+                    # DesktopEnv.evaluate reads files at once; OSWorld's runner waits before it
+                    # (a LibreOffice save is asynchronous): DONE pauses as that runner does.
+                    env.step(action, pause=5.0 if action in ("DONE", "FAIL") else 1.0)
                 scores[name] = float(env.evaluate())
         finally:
             holder.release()

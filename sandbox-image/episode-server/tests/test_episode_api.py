@@ -104,17 +104,21 @@ def test_done_waits_for_an_app_still_writing_before_evaluation(http: httpx.Clien
             "expected": {"type": "rule", "rules": {"expected": "saved\n"}},
         },
     }  # fmt: skip
-    late = "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 1.5; echo saved > ~/late.txt'])"
-    for done_min, expected in ((0.0, 0.0), (2.0, 1.0)):
+    # The write comes 6 s after the action: far beyond two 1 s settles and an evaluation on a
+    # loaded machine, and well inside done_min_seconds=8.
+    late = "import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 6; echo saved > ~/late.txt'])"
+    for done_min, expected in ((0.0, 0.0), (8.0, 1.0)):
         settle = {"max_seconds": 1.0, "done_min_seconds": done_min}
         resp = http.post("/episodes", json={"task": task, **FAST, "settle": settle})
         assert resp.status_code == 201, resp.text[:300]
         eid = resp.json()["episode_id"]
-        assert http.post(f"/episodes/{eid}/step", json={"action": late}).status_code == 200
-        done = http.post(f"/episodes/{eid}/step", json={"action": "DONE"}).json()
-        assert done["info"]["settle_seconds"] >= done_min
-        assert http.post(f"/episodes/{eid}/evaluate").json()["score"] == expected
-        assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+        try:
+            assert http.post(f"/episodes/{eid}/step", json={"action": late}).status_code == 200
+            done = http.post(f"/episodes/{eid}/step", json={"action": "DONE"}).json()
+            assert done["info"]["settle_seconds"] >= done_min
+            assert http.post(f"/episodes/{eid}/evaluate").json()["score"] == expected
+        finally:
+            assert http.delete(f"/episodes/{eid}").json()["clean"] is True
 
 
 def test_release_kills_what_an_action_forked_and_keeps_the_warm_executor(
