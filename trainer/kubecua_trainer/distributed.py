@@ -33,10 +33,11 @@ class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    joined: bool = False  # in a process group (a world of one only when a bench asks for it)
 
     @property
     def enabled(self) -> bool:
-        return dist.is_initialized() if self.world == 1 else self.world > 1
+        return self.joined
 
     @property
     def is_main(self) -> bool:
@@ -116,7 +117,7 @@ def init_from_env(timeout_minutes: float = 30.0, min_world: int = 2) -> Dist:
     if world < min_world or "RANK" not in os.environ:
         return Dist()
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    d = Dist(rank, world, local)
+    d = Dist(rank, world, local, joined=True)
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
