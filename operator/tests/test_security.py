@@ -53,6 +53,7 @@ GRANTED = {
     "virtualmachines.kubevirt.io": {"get", "list", "create", "patch", "delete"},
     "podmonitors.monitoring.coreos.com": APPLY,
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
+    "namespaces": {"list", "watch"},
 }
 # What every authenticated account may do (system:basic-user), not the chart's grant.
 EVERYONE = {

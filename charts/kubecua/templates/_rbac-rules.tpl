@@ -59,15 +59,14 @@ escalation check), so no `escalate` or `bind`. */}}
   verbs: [get, create, patch]
 {{- end -}}
 
-{{/* kopf itself, cluster-wide in either scope: it follows CRDs appearing, and in scope
-"namespace" lists the namespaces it was given. */}}
+{{/* kopf itself, cluster-wide in either scope: it follows CRDs appearing, and lists the
+namespaces it is given with --namespace (scope "namespace"; kept in both scopes so the account
+works however the operator is started: namespace names are no secret). */}}
 {{- define "kubecua.frameworkRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
-{{- if eq .Values.rbac.scope "namespace" }}
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
-{{- end }}
 {{- end -}}
