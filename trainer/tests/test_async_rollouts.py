@@ -8,10 +8,12 @@ import asyncio
 import itertools
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_bandit import GROUP, NEW_TOKENS, STEPS, _collect
+from test_metrics import free_port
 from test_train import local_run
 
 from kubecua_trainer.advantage import assign_group_advantages
@@ -28,13 +30,25 @@ from kubecua_trainer.train import RunOptions, train
 async def test_staleness_one_plays_the_next_rollout_during_learning(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
+    port = free_port()
     with LoopbackSandbox() as a, LoopbackSandbox() as b:
-        run = local_run(tmp_path, tiny_model_dir, [a.url, b.url], steps=3, port=0)
+        run = local_run(tmp_path, tiny_model_dir, [a.url, b.url], steps=3, port=port)
         run.spec.rollout.max_staleness = 1
         run.spec.algorithm.dynamic_sampling = False  # every step learns
         result = await train(
             run, RunOptions(console=False, source=StaticSource([a.url, b.url], TOKEN))
         )
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    # the staleness distribution: one observation per episode sample, none above 1
+    name = "kubecua_trainer_sample_staleness_steps"
+    count = float(
+        next(ln.split()[-1] for ln in metrics.splitlines() if ln.startswith(name + "_count"))
+    )
+    le_one = next(ln for ln in metrics.splitlines() if ln.startswith(name + '_bucket{le="1.0"}'))
+    scored = sum(r["episodes"] - r["excluded"] for r in result.history)  # one sample each
+    assert count == scored > 0
+    assert float(le_one.split()[-1]) == count
     rows = result.history
     assert [r["step"] for r in rows] == [1, 2, 3]
     for prev, nxt in itertools.pairwise(rows):
