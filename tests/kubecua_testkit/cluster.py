@@ -48,9 +48,14 @@ class Cluster:
     name: str
     kubeconfig: Path
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True):
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ):
         return run(
-            [binary("kubectl"), "--kubeconfig", self.kubeconfig, *args], input=input, check=check
+            [binary("kubectl"), "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            check=check,
+            timeout=timeout,
         )
 
     def helm(self, *args: str, check: bool = True):

@@ -1,0 +1,469 @@
+"""The README's cluster quick start on a real node: pods that really run (containerd + runc,
+kubelet and kube-proxy built from the pinned k8s.io/kubernetes; kubecua_testkit.node).
+
+- `helm install` the chart: the operator pod runs on the real node and becomes Ready, and it
+  answers its health endpoint at its pod IP;
+- a pod-backend SandboxPool from the sandbox image: the pods run the image's real desktop and
+  episode server, pass their readiness, and their EndpointSlices (found by the pool's label, as
+  the trainer finds them) list exactly their pod IPs, which answer /readyz;
+- a TrainingRun with the tiny model on the CPU (hostPath PersistentVolumes for the model and the
+  checkpoints): its trainer pod plays episodes against those sandboxes over the pod network and
+  patches the run's status; suspended after step 1, the pod gets SIGTERM and checkpoints; resumed,
+  a new pod trains step 2 from that checkpoint;
+- Debian's Prometheus scrapes the operator, the sandboxes and the trainer pods chosen by the
+  chart's ServiceMonitor and PodMonitor, and every query of the training dashboard returns the
+  run's series.
+
+NetworkPolicies are created by the operator but not enforced (the bridge CNI does not), so
+this does not test them. The kwok node of this cluster is tainted, so nothing lands there by
+accident; every pod is asserted to be on the real node. Timings go to
+$KUBECUA_CACHE/node/journey-figures.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+
+from kubecua_testkit import node as real
+from kubecua_testkit.cluster import Cluster
+from kubecua_testkit.components import free_port, http_ok, wait_until
+from kubecua_testkit.monitors import Discovery, scrape_configs
+from kubecua_testkit.tools import REPO, binary, cache_dir
+from kubecua_testkit.wait import wait_for_objects
+
+SYSTEM = "kubecua-system"
+OPERATOR = "app.kubernetes.io/name=kubecua-operator,app.kubernetes.io/instance=kubecua"
+POOL = "desks"
+# Three desktops, the run needing one: a trainer stopped by SIGTERM mid-episode leaves its
+# (at most two) sandboxes leased until the episode server's idle timeout (600 s), so the resumed
+# pod would otherwise wait that long for the same sandboxes (see docs/real-node.md).
+SANDBOXES = 3
+IMAGES = ("localhost/kubecua/operator:dev", "localhost/kubecua/sandbox:dev")
+FIGURES: dict[str, float] = {}
+
+
+def record(name: str, seconds: float) -> None:
+    FIGURES[name] = round(seconds, 1)
+    path = cache_dir() / "node" / "journey-figures.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(FIGURES, indent=1))
+
+
+def ready(pod) -> bool:
+    conds = pod.status.conditions or []
+    return pod.status.phase == "Running" and any(
+        c.type == "Ready" and c.status == "True" for c in conds
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(real_node_cluster: Cluster) -> Cluster:
+    node = client.CoreV1Api(real_node_cluster.api_client()).read_node(real.NAME)
+    refs = {tag for image in node.status.images or [] for tag in image.names or []}
+    missing = [i for i in IMAGES if i not in refs]
+    if missing:  # `make test-e2e` builds them first; a bare pytest run may not have
+        pytest.skip(f"images {missing} are not built: run `make images`")
+    return real_node_cluster
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster) -> Iterator[None]:
+    started = time.monotonic()
+    cluster.helm(
+        "install", "kubecua", str(REPO / "charts/kubecua"), "-n", SYSTEM, "--create-namespace",
+        "--set", "operator.resyncSeconds=2", "--wait", "--timeout", "300s",
+    )  # fmt: skip
+    wait_for_objects(
+        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+        lambda pods: any(ready(p) for p in pods),
+        timeout=120,
+        namespace=SYSTEM,
+        label_selector=OPERATOR,
+    )
+    record("helm_install_to_operator_ready_s", time.monotonic() - started)
+    try:
+        yield
+    finally:
+        cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)
+
+
+def test_operator_pod_runs_and_is_ready_on_the_real_node(cluster, release):
+    core = client.CoreV1Api(cluster.api_client())
+    operator = core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR).items
+    assert len(operator) == 1
+    pod = operator[0]
+    assert pod.spec.node_name == real.NAME
+    assert ready(pod)
+    state = pod.status.container_statuses[0]
+    assert state.state.running is not None
+    assert state.restart_count == 0
+    # The pod network is real: its health endpoint answers at the pod's own IP.
+    assert pod.status.pod_ip.startswith("10.244.")
+    r = httpx.get(f"http://{pod.status.pod_ip}:8081/healthz", timeout=10)
+    assert r.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def pool(cluster: Cluster, release) -> Iterator[str]:
+    ns = "journey"
+    cluster.kubectl("create", "namespace", ns)
+    manifest = {
+        "apiVersion": "kubecua.dev/v1alpha1",
+        "kind": "SandboxPool",
+        "metadata": {"name": POOL, "namespace": ns},
+        "spec": {
+            "replicas": SANDBOXES, "backend": "pod", "warmSpares": 0,
+            "desktop": {"os": "Ubuntu", "screen": {"width": 1280, "height": 720},
+                        "pod": {"image": "localhost/kubecua/sandbox:dev",
+                                "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                              "limits": {"memory": "3Gi"}}}},
+        },
+    }  # fmt: skip
+    started = time.monotonic()
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(manifest))
+    core = client.CoreV1Api(cluster.api_client())
+    wait_for_objects(
+        core.list_namespaced_pod,
+        lambda pods: sum(ready(p) for p in pods) == SANDBOXES,
+        timeout=420,
+        namespace=ns,
+        label_selector=f"kubecua.dev/pool={POOL}",
+    )
+    record(f"pool_apply_to_{SANDBOXES}_ready_sandboxes_s", time.monotonic() - started)
+    try:
+        yield ns
+    finally:
+        # The kinds first, while the operator runs: it removes their finalizers. (Deleting the
+        # namespace first leaves them stuck: the operator's re-creations get 403 there.)
+        cluster.kubectl(
+            "delete", "trainingruns,sandboxpools", "--all", "-n", ns, "--timeout=120s",
+            check=False, timeout=150,
+        )  # fmt: skip
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_sandbox_pods_run_pass_readiness_and_are_discovered_by_label(cluster, pool):
+    api = cluster.api_client()
+    # Readiness is the episode server's own /readyz (a screenshot must not be black); on a
+    # loaded machine a probe can time out once, so wait for the condition rather than sample it.
+    pods = wait_for_objects(
+        client.CoreV1Api(api).list_namespaced_pod,
+        lambda items: sum(ready(p) for p in items) == SANDBOXES,
+        timeout=120,
+        namespace=pool,
+        label_selector=f"kubecua.dev/pool={POOL}",
+    )
+    sandboxes = [p for p in pods if ready(p)]
+    assert len(sandboxes) == SANDBOXES
+    assert {p.spec.node_name for p in sandboxes} == {real.NAME}
+    ips = {p.status.pod_ip for p in sandboxes}
+    # Discovery as the trainer does it: EndpointSlices by the pool's label, ready endpoints only.
+    slices = wait_for_objects(
+        client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
+        lambda items: _ready_addresses(items) == ips,
+        timeout=60,
+        namespace=pool,
+        label_selector=f"kubecua.dev/pool={POOL}",
+    )
+    assert _ready_addresses(slices) == ips
+    for ip in ips:  # each sandbox's episode server really answers, from outside the pod
+        assert httpx.get(f"http://{ip}:8000/readyz", timeout=10).status_code == 200
+    cluster.kubectl(
+        "wait", f"sandboxpool/{POOL}", "-n", pool, "--timeout=60s",
+        f"--for=jsonpath={{.status.readyReplicas}}={SANDBOXES}",
+    )  # fmt: skip
+
+
+def _ready_addresses(slices) -> set[str]:
+    return {
+        addr
+        for s in slices
+        for ep in s.endpoints or []
+        if ep.conditions is None or ep.conditions.ready is not False
+        for addr in ep.addresses or []
+    }
+
+
+# ---- the TrainingRun: a trainer pod on the real node, suspended and resumed ---------------------
+RUN = "tiny"
+TASK = "count-lines"
+TRAINER_IMAGE = "localhost/kubecua/trainer:dev"
+
+
+def host_volume(cluster: Cluster, ns: str, name: str, path: Path, read_only: bool) -> None:
+    """A hostPath PersistentVolume on the real node and the claim bound to it by name."""
+    pv = {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"{ns}-{name}"},
+        "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "",
+                 "accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain",
+                 "hostPath": {"path": str(path), "type": "Directory"},
+                 "claimRef": {"namespace": ns, "name": name}},
+    }  # fmt: skip
+    pvc = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"storageClassName": "", "volumeName": f"{ns}-{name}",
+                 "accessModes": pv["spec"]["accessModes"],
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([pv, pvc]))
+
+
+def trainingrun(ns: str) -> dict:
+    return {
+        "apiVersion": "kubecua.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": RUN, "namespace": ns},
+        "spec": {
+            "model": {"path": "/models/tiny-qwen2_5_vl", "volume": "models", "dtype": "float32"},
+            # No tokenSecretRef: the trainer gets the token the operator made for the pool.
+            "sandboxes": {"poolRef": POOL, "minReady": 1},
+            "tasks": {"configMapRef": "tasks"},
+            "algorithm": {"groupSize": 2, "tasksPerStep": 1, "maxTurns": 1, "maxNewTokens": 8,
+                          "dynamicSampling": False},
+            "rollout": {"engine": "hf", "maxPixels": 50176, "keepScreenshots": 1,
+                        "episodeTimeoutSeconds": 240},
+            "trainer": {"gradientCheckpointing": False,
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            # No periodic checkpoint within 2 steps: the one after step 1 is SIGTERM's.
+            "checkpoint": {"volume": "checkpoints", "path": "/ckpt", "everySteps": 100},
+            "steps": 2,
+            "metrics": {"port": 9400},
+        },
+    }  # fmt: skip
+
+
+def run_status(cluster: Cluster, ns: str) -> dict:
+    obj = client.CustomObjectsApi(cluster.api_client()).get_namespaced_custom_object(
+        "kubecua.dev", "v1alpha1", ns, "trainingruns", RUN
+    )
+    return obj.get("status") or {}
+
+
+def wait_run(cluster: Cluster, ns: str, jsonpath: str, timeout: int) -> None:
+    cluster.kubectl(
+        "wait", f"trainingrun/{RUN}", "-n", ns, f"--for=jsonpath={jsonpath}",
+        f"--timeout={timeout}s", timeout=timeout + 30,
+    )  # fmt: skip
+
+
+def trainer_pods(cluster: Cluster, ns: str) -> list:
+    core = client.CoreV1Api(cluster.api_client())
+    return core.list_namespaced_pod(ns, label_selector=f"kubecua.dev/trainingrun={RUN}").items
+
+
+def node_images(cluster: Cluster) -> set[str]:
+    node = client.CoreV1Api(cluster.api_client()).read_node(real.NAME)
+    return {tag for image in node.status.images or [] for tag in image.names or []}
+
+
+class LogFollower:
+    """`kubectl logs -f` of one pod into a file, so its log outlives the pod."""
+
+    def __init__(self, cluster: Cluster, ns: str, pod: str, path: Path) -> None:
+        self.path = path
+        self.out = path.open("wb")
+        argv = [str(binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "logs", "-f",
+                "-n", ns, pod]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT)
+
+    def text(self, timeout: float = 60) -> str:
+        """The whole log once the container has exited (the stream ends then)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+        return self.path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def prometheus(cluster: Cluster, release, tmp_path_factory) -> Iterator[str]:
+    """Debian's Prometheus on the host, scraping every second through service discovery with the
+    chart's own ServiceMonitor and PodMonitor (trainers included) as scrape configs."""
+    if not Path("/usr/bin/prometheus").exists():
+        pytest.skip("prometheus is missing: `make setup-apt` installs Debian's package")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    rendered = cluster.helm(
+        "template", "kubecua", str(REPO / "charts/kubecua"), "-n", SYSTEM,
+        "--set", "serviceMonitor.enabled=true,podMonitor.enabled=true",
+        "--set", "podMonitor.includeTrainers=true",
+        "--show-only", "templates/servicemonitor.yaml", "--show-only", "templates/podmonitor.yaml",
+    ).stdout  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    (tmp / "targets").mkdir()
+    conf = {"global": {"scrape_interval": "1s"},
+            "scrape_configs": scrape_configs(docs, tmp / "targets")}  # fmt: skip
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(conf))
+    discovery = Discovery(docs, cluster.api_client(), tmp / "targets").start()
+    port = free_port()
+    log = (tmp / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        ["/usr/bin/prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: proc.poll() is None and http_ok(f"{api}/-/ready"), 60, "prometheus")
+        yield api
+    finally:
+        discovery.stop()
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> dict:
+    """The run: step 1 in a first trainer pod, suspend (SIGTERM: checkpoint), resume, step 2."""
+    if TRAINER_IMAGE not in node_images(cluster):
+        pytest.skip(
+            f"{TRAINER_IMAGE} is not built (5.5 GB, left out of `make test` for time): "
+            "`make test-e2e REAL_NODE_TRAINER=1` or `make images` builds it"
+        )
+    model = cache_dir() / "models" / "tiny-qwen2_5_vl"
+    if not (model / "config.json").exists():
+        pytest.skip(f"{model} is missing: `make test-e2e` builds it")
+    root = tmp_path_factory.mktemp("journey")
+    shutil.copytree(model, root / "models" / "tiny-qwen2_5_vl")
+    (root / "ckpt").mkdir()
+    os.chown(root / "ckpt", 65532, 65532)  # the trainer image's user, as its Job runs it
+    for d in (root, root / "models"):
+        d.chmod(0o755)
+    for f in (root / "models" / "tiny-qwen2_5_vl").iterdir():
+        f.chmod(0o644)  # safetensors writes its file 0600; the pod does not run as root
+    host_volume(cluster, pool, "models", root / "models", read_only=True)
+    host_volume(cluster, pool, "checkpoints", root / "ckpt", read_only=False)
+    task = REPO / "sandbox-image" / "tasks" / "files" / f"{TASK}.json"
+    cluster.kubectl("create", "configmap", "tasks", "-n", pool, f"--from-file={task}")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(trainingrun(pool)))
+
+    pods = wait_for_objects(
+        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+        lambda ps: any(p.status.phase == "Running" for p in ps),
+        timeout=300,
+        namespace=pool,
+        label_selector=f"kubecua.dev/trainingrun={RUN}",
+    )
+    first = next(p for p in pods if p.status.phase == "Running")
+    first_log = LogFollower(cluster, pool, first.metadata.name, root / "trainer-1.log")
+    wait_run(cluster, pool, "{.status.step}=1", timeout=600)
+    started = first.status.container_statuses[0].state.running.started_at
+    record("trainer_start_to_step_1_s", time.time() - started.timestamp())
+
+    cluster.kubectl("patch", f"trainingrun/{RUN}", "-n", pool, "--type=merge",
+                    "-p", '{"spec": {"suspend": true}}')  # fmt: skip
+    wait_for_objects(
+        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+        lambda ps: not ps,
+        timeout=300,
+        namespace=pool,
+        label_selector=f"kubecua.dev/trainingrun={RUN}",
+    )
+    suspended = run_status(cluster, pool)
+    cluster.kubectl("patch", f"trainingrun/{RUN}", "-n", pool, "--type=merge",
+                    "-p", '{"spec": {"suspend": false}}')  # fmt: skip
+    pods = wait_for_objects(
+        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+        lambda ps: any(p.status.phase == "Running" for p in ps),
+        timeout=300,
+        namespace=pool,
+        label_selector=f"kubecua.dev/trainingrun={RUN}",
+    )
+    second = next(p for p in pods if p.status.phase == "Running")
+    second_log = LogFollower(cluster, pool, second.metadata.name, root / "trainer-2.log")
+    wait_run(cluster, pool, "{.status.phase}=Succeeded", timeout=600)
+    end = time.time()
+    wait_until(lambda: _scraped_after(prometheus, end), 30, "a scrape after the run")
+    return {
+        "start": first.status.start_time.timestamp(),
+        "end": end,
+        "ns": pool,
+        "pods": [first, second],
+        "logs": [first_log.text(), second_log.text()],
+        "suspended": suspended,
+        "final": run_status(cluster, pool),
+        "ckpt": root / "ckpt",
+    }
+
+
+def test_trainer_pod_trains_two_grpo_steps_on_the_real_node_and_patches_status(training):
+    assert {p.spec.node_name for p in training["pods"]} == {real.NAME}
+    status = training["final"]
+    assert (status["step"], status["totalSteps"]) == (2, 2)
+    assert 0.0 <= status["meanReward"] <= 1.0
+    ready = next(c for c in status["conditions"] if c["type"] == "SandboxesReady")
+    assert ready["status"] == "True"
+
+
+def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(training):
+    first, second = training["logs"]
+    # everySteps is 100: the only checkpoint of step 1 is the one SIGTERM asked for.
+    assert "checkpoint of step 1 written" in first, first[-3000:]
+    assert "stopped by SIGTERM after step 1" in first, first[-3000:]
+    assert training["suspended"]["phase"] == "Suspended"
+    assert training["suspended"]["lastCheckpoint"]["step"] == 1
+    # The new pod resumed from that checkpoint: it trained step 2 and never step 1 again.
+    assert "step 2:" in second, second[-3000:]
+    assert "step 1:" not in second, second[-3000:]
+    assert (training["ckpt"] / "step-00000001").is_dir()
+
+
+def query_range(api: str, expr: str, start: float, end: float) -> list[dict]:
+    params = {"query": expr, "start": start, "end": end, "step": "1s"}
+    r = httpx.get(f"{api}/api/v1/query_range", params=params, timeout=30)
+    assert r.status_code == 200, f"{expr}: {r.text}"
+    return r.json()["data"]["result"]
+
+
+def _scraped_after(api: str, at: float) -> bool:
+    r = httpx.get(f"{api}/api/v1/query", params={"query": "max(timestamp(up))"}, timeout=10)
+    result = r.json()["data"]["result"]
+    return bool(result) and float(result[0]["value"][1]) > at
+
+
+def test_prometheus_scrapes_operator_sandboxes_and_trainer_through_the_chart_monitors(
+    training, prometheus
+):
+    ups = query_range(prometheus, "up == 1", training["start"], training["end"])
+    jobs: dict[str, set[str]] = {}
+    for series in ups:
+        labels = series["metric"]
+        jobs.setdefault(labels["job"].split("/")[0], set()).add(labels.get("pod", ""))
+    assert len(jobs["serviceMonitor"]) == 1  # the operator, through its Service
+    pods = jobs["podMonitor"]
+    assert sum(p.startswith(f"{POOL}-") for p in pods) == SANDBOXES
+    assert sum(p.startswith(f"{RUN}-trainer") for p in pods) == 2  # before and after suspend
+
+
+def test_training_dashboard_queries_return_the_runs_series(training, prometheus):
+    board = json.loads((REPO / "charts/kubecua/dashboards/kubecua-training.json").read_text())
+    empty = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$namespace", training["ns"])
+            expr = expr.replace("$__rate_interval", "15s")
+            found = query_range(prometheus, expr, training["start"], training["end"])
+            if not any(v != "NaN" for s in found for _, v in s["values"]):
+                empty.append(f"{panel['title']}: {expr}")
+    assert not empty, empty
+    steps = query_range(
+        prometheus, f'max(kubecua_trainer_step{{namespace="{training["ns"]}"}})',
+        training["start"], training["end"],
+    )  # fmt: skip
+    assert max(float(v) for s in steps for _, v in s["values"]) == 2
