@@ -55,8 +55,8 @@ lint: setup-uv $(LINT_TARGETS) ## ruff format check, ruff lint and mypy per comp
 test: setup lint $(TEST_TARGETS) ## set up, lint, and run every suite
 	@echo "make test: all suites passed"
 
-cluster-up: setup-apt setup-go tests-env ## start a local control plane with kwok nodes; prints the kubeconfig
-	@$(TESTS_PY) -m kubecua_testkit.cluster up
+cluster-up: setup-apt setup-go tests-env $(if $(REAL_NODE),setup-node node-images) ## start a local control plane with kwok nodes (REAL_NODE=1: and a real node); prints the kubeconfig
+	@$(TESTS_PY) -m kubecua_testkit.cluster up $(if $(REAL_NODE),--real-node)
 
 cluster-down: ## stop the local control plane
 	@$(TESTS_PY) -m kubecua_testkit.cluster down
