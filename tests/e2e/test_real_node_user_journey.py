@@ -447,8 +447,9 @@ def test_prometheus_scrapes_operator_sandboxes_and_trainer_through_the_chart_mon
         jobs.setdefault(labels["job"].split("/")[0], set()).add(labels.get("pod", ""))
     assert len(jobs["serviceMonitor"]) == 1  # the operator, through its Service
     pods = jobs["podMonitor"]
-    assert sum(p.startswith(f"{POOL}-") for p in pods) == SANDBOXES
-    assert sum(p.startswith(f"{RUN}-trainer") for p in pods) == 2  # before and after suspend
+    # (At least: a sandbox that failed and was replaced would be a further target.)
+    assert sum(p.startswith(f"{POOL}-") for p in pods) >= SANDBOXES
+    assert sum(p.startswith(f"{RUN}-trainer") for p in pods) >= 2  # before and after suspend
 
 
 def test_training_dashboard_queries_return_the_runs_series(training, prometheus):
