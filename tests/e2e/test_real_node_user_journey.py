@@ -42,6 +42,9 @@ from kubecua_testkit.monitors import Discovery, scrape_configs
 from kubecua_testkit.tools import REPO, binary, cache_dir
 from kubecua_testkit.wait import wait_for_objects
 
+# The first test pays for the node and its image imports (minutes on a cold machine), the training
+# ones for a whole run: more than the suite's default 600 s per test when the machine is loaded.
+pytestmark = pytest.mark.timeout(1800)
 SYSTEM = "kubecua-system"
 OPERATOR = "app.kubernetes.io/name=kubecua-operator,app.kubernetes.io/instance=kubecua"
 POOL = "desks"
