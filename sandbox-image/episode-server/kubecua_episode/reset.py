@@ -32,8 +32,10 @@ def _on_display(proc: psutil.Process, display: str) -> bool:
 
 
 # The accessibility bus (AT-SPI): part of the desktop, holds no user state, and apps register with
-# it as they start. Kept across resets, with the session bus itself.
-SESSION_SERVICES = frozenset({"at-spi2-registryd", "at-spi-bus-launcher", "dbus-daemon"})
+# it as they start. Kept across resets, with the session bus itself, and gvfsd (GIO's virtual
+# file systems; kept as before: with it restarted on every reset a LibreOffice save task failed
+# in the suite, cause not pinned down).
+SESSION_SERVICES = frozenset({"at-spi2-registryd", "at-spi-bus-launcher", "dbus-daemon", "gvfsd"})
 
 
 # The desktop server's warm pyautogui executor (kubecua_desktop.warm): the zygote is part of the
@@ -103,7 +105,7 @@ def _bus_activated(proc: psutil.Process, display: str) -> bool:
 
 
 def bus_services(display: str) -> list[psutil.Process]:
-    """What the session bus started on demand (dconf-service, gvfsd, portals, keyrings), with
+    """What the session bus started on demand (dconf-service, portals, keyrings), with
     their descendants. They hold user state in memory: dconf-service keeps its own copy of the
     settings database and writes all of it back on the next change, so restoring the database
     file underneath a running one brings an earlier episode's settings back and drops a write
