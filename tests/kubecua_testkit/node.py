@@ -256,6 +256,10 @@ state = "{self.p.root / "containerd"}"
             if done.get(ref) == image_id and ref in listed:
                 continue
             started = time.monotonic()
+            if ref in listed:
+                # Drop the older version first: re-importing under the same name leaves its
+                # layers and snapshots behind (27 GB after a day of rebuilds filled the disk).
+                self._ctr("images", "rm", "--sync", ref, check=False)
             sock = self.p.root / "containerd.sock"
             pipeline = (
                 f"podman save --format docker-archive {ref} | "
