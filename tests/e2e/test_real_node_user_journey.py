@@ -268,6 +268,17 @@ def trainer_pods(cluster: Cluster, ns: str) -> list:
     return core.list_namespaced_pod(ns, label_selector=f"kubecua.dev/trainingrun={RUN}").items
 
 
+def wait_trainer_pods(cluster: Cluster, ns: str, done) -> list:
+    """Waits (on a watch) until the run's trainer pods satisfy `done`; returns them."""
+    return wait_for_objects(
+        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+        done,
+        timeout=300,
+        namespace=ns,
+        label_selector=f"kubecua.dev/trainingrun={RUN}",
+    )
+
+
 def node_images(cluster: Cluster) -> set[str]:
     node = client.CoreV1Api(cluster.api_client()).read_node(real.NAME)
     return {tag for image in node.status.images or [] for tag in image.names or []}
@@ -356,13 +367,7 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
     cluster.kubectl("create", "configmap", "tasks", "-n", pool, f"--from-file={task}")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(trainingrun(pool)))
 
-    pods = wait_for_objects(
-        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-        lambda ps: any(p.status.phase == "Running" for p in ps),
-        timeout=300,
-        namespace=pool,
-        label_selector=f"kubecua.dev/trainingrun={RUN}",
-    )
+    pods = wait_trainer_pods(cluster, pool, lambda ps: any(p.status.phase == "Running" for p in ps))
     first = next(p for p in pods if p.status.phase == "Running")
     first_log = LogFollower(cluster, pool, first.metadata.name, root / "trainer-1.log")
     wait_run(cluster, pool, "{.status.step}=1", timeout=600)
@@ -371,23 +376,11 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
 
     cluster.kubectl("patch", f"trainingrun/{RUN}", "-n", pool, "--type=merge",
                     "-p", '{"spec": {"suspend": true}}')  # fmt: skip
-    wait_for_objects(
-        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-        lambda ps: not ps,
-        timeout=300,
-        namespace=pool,
-        label_selector=f"kubecua.dev/trainingrun={RUN}",
-    )
+    wait_trainer_pods(cluster, pool, lambda ps: not ps)
     suspended = run_status(cluster, pool)
     cluster.kubectl("patch", f"trainingrun/{RUN}", "-n", pool, "--type=merge",
                     "-p", '{"spec": {"suspend": false}}')  # fmt: skip
-    pods = wait_for_objects(
-        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-        lambda ps: any(p.status.phase == "Running" for p in ps),
-        timeout=300,
-        namespace=pool,
-        label_selector=f"kubecua.dev/trainingrun={RUN}",
-    )
+    pods = wait_trainer_pods(cluster, pool, lambda ps: any(p.status.phase == "Running" for p in ps))
     second = next(p for p in pods if p.status.phase == "Running")
     second_log = LogFollower(cluster, pool, second.metadata.name, root / "trainer-2.log")
     wait_run(cluster, pool, "{.status.phase}=Succeeded", timeout=600)
