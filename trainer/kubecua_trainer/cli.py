@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 
 from kubecua_trainer.config import ConfigError, TrainingRun, load_from_cluster, load_manifest
@@ -66,6 +67,10 @@ def load_run(args: argparse.Namespace) -> TrainingRun:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM before the run listens for it (torch's import, the model's load) is kept for the
+    # run to see, not left to kill the process: it then stops before its first step and exits 0.
+    early: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, _frame: early.append(sig))
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the bar
@@ -85,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_addr=args.metrics_addr or ("0.0.0.0" if in_cluster else "127.0.0.1"),
         patch_status=in_cluster,
         handle_signals=True,
+        signals_seen=early,
     )
     try:
         result = asyncio.run(train(run, opts))

@@ -75,6 +75,7 @@ class RunOptions:
     source: SandboxSource | None = None  # tests hand in a source that is already running
     on_step: Any = None  # callback(step, stats), e.g. for tests to inject failures
     handle_signals: bool = False  # SIGTERM -> Stop (the CLI; a pod being suspended or evicted)
+    signals_seen: list[int] | None = None  # SIGTERMs the CLI caught before the run listened
     stop: Stop | None = None  # tests hand one in to stop the run from outside
 
 
@@ -214,6 +215,8 @@ async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
         stop = opts.stop or Stop()
         if opts.handle_signals:
             stop.listen(signal.SIGTERM)
+            if opts.signals_seen:
+                stop.requested.set()
         try:
             return await _train(run, opts, stop, d)
         finally:
@@ -331,7 +334,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
             progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
             await source.start(leases)
             wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
-            if (await stop.unless_stopped(wait))[0]:
+            ready, _ = await stop.unless_stopped(wait)
+            if not d.any(not ready):  # a stop on any rank before the first step stops all
                 ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
                 loop = Loop(run, ro, tasks, saver, report, patcher, progress, stop, opts, result,

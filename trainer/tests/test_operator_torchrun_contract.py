@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from control_plane import require_control_plane
 from kubernetes import client
 from loopback_sandbox import TOKEN, LoopbackSandbox
-from test_distributed_learner import TORCHRUN, TRAINER_DIR
+from test_distributed_learner import TRAINER_DIR
 from test_distributed_run import write_manifest
 from test_metrics import free_port
 from test_status_and_pool_source import api, training_run  # noqa: F401  (the CRD fixture)
@@ -59,8 +60,10 @@ def test_operator_job_command_and_env_run_one_job(
         token = tmp_path / "token"
         token.write_text(TOKEN)
         port = free_port()
-        # job.py's trainer_command for 2 processes: torchrun --module kubecua_trainer run <config>
-        cmd = [str(TORCHRUN), "--module", "kubecua_trainer", "run", str(config), "--no-progress"]
+        # job.py's trainer_command for 2 processes:
+        # python -m kubecua_trainer.launch --module kubecua_trainer run <config>
+        cmd = [sys.executable, "-m", "kubecua_trainer.launch", "--module", "kubecua_trainer",
+               "run", str(config), "--no-progress"]  # fmt: skip
         procs = []
         for rank in (0, 1):
             env = {**os.environ, **job_env(rank, 2, port, namespace),

@@ -1,0 +1,62 @@
+"""torchrun for a trainer pod: SIGTERM goes to the workers, and the agent exits as they do.
+
+    python -m kubecua_trainer.launch [torchrun options] --module kubecua_trainer run CONFIG
+
+Plain torchrun turns a SIGTERM (a suspend, an eviction) into an exception in its agent: it passes
+the signal on, kills the workers 30 s later whatever they are doing, and exits 1, which a Job
+counts as a failed pod. Here torch's agent is told not to handle SIGTERM (its
+--signals-to-handle, read from PET_SIGNALS_TO_HANDLE); this process forwards it to each worker
+(a process group of its own), and the agent keeps monitoring them. The workers checkpoint the last
+completed step and exit 0, the agent sees every worker succeed and exits 0, and the pod's whole
+termination grace period is theirs. A worker that fails still fails the agent as before.
+SIGINT, SIGHUP and SIGQUIT keep torchrun's own handling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+# torchrun's default list without SIGTERM, which this module handles instead.
+AGENT_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of a process (Linux: /proc/<pid>/task/<tid>/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+    return found
+
+
+def forward_sigterm(signum: int, frame: FrameType | None) -> None:
+    workers = children(os.getpid())
+    if not workers:  # still in the rendezvous: no step was run here, nothing to save
+        raise SystemExit(0)
+    for pid in workers:
+        try:
+            os.killpg(pid, signal.SIGTERM)  # torch starts each worker in a session of its own
+        except ProcessLookupError:  # forked, not yet its own group (or already gone)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from torch.distributed.run import main as torchrun
+
+    os.environ.setdefault("PET_SIGNALS_TO_HANDLE", AGENT_SIGNALS)
+    if "SIGTERM" in os.environ["PET_SIGNALS_TO_HANDLE"]:
+        sys.exit("error: PET_SIGNALS_TO_HANDLE must leave SIGTERM out (this launcher forwards it)")
+    signal.signal(signal.SIGTERM, forward_sigterm)
+    torchrun(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Faults of a two-process job (gloo on the CPU, two REAL local desktops), launched exactly as the
+operator's Job does (`python -m kubecua_trainer.launch --module kubecua_trainer run ...`):
+
+- SIGTERM to the launcher (a pod being suspended or evicted: the kubelet signals the container's
+  first process): the ranks checkpoint the last completed step once, every rank and the launcher
+  exit 0, and a rerun continues from that step with the optimizer state it had;
+- SIGKILL to one rank: the launcher tears the other one down and fails (a Job then starts the pod
+  again), and a rerun resumes after the newest checkpoint with no completed step lost.
+
+Needs `make sandbox-env` (skipped, saying so, without it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from test_distributed_learner import TRAINER_DIR
+from test_distributed_run import desktop_spec, desktops, history, needs_desktops, write_manifest
+from test_metrics import free_port
+
+from kubecua_trainer.checkpoint import list_checkpoints
+from kubecua_trainer.launch import children
+from kubecua_trainer.sources.local import LocalSource
+
+__all__ = ["desktops"]  # the module-scoped fixture of two real desktops
+
+pytestmark = needs_desktops
+
+
+def launch_cmd(manifest: Path) -> list[str]:
+    """The Job's command (operator/kubecua_operator/trainingrun/job.py) on one node."""
+    return [sys.executable, "-m", "kubecua_trainer.launch", "--nproc-per-node", "2",
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+            "--module", "kubecua_trainer", "run", str(manifest), "--no-progress"]  # fmt: skip
+
+
+@pytest.fixture
+def job(tmp_path: Path, tiny_model_dir: Path, desktops: LocalSource) -> Iterator[dict]:
+    urls = [sb.url for sb in desktops.sandboxes]
+    spec = desktop_spec(tmp_path, tiny_model_dir, urls, steps=5)
+    env = {**os.environ, "KUBECUA_SANDBOX_TOKEN": desktops.token or ""}
+    procs: list[subprocess.Popen] = []
+
+    def start(every_steps: int) -> subprocess.Popen:
+        spec["checkpoint"] = {"everySteps": every_steps, "keep": 10}
+        manifest = write_manifest(tmp_path / "run.yaml", spec)
+        proc = subprocess.Popen(launch_cmd(manifest), cwd=TRAINER_DIR, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    yield {"start": start, "out": tmp_path / "out"}
+    for proc in procs:  # a failed assertion leaves nothing running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def wait_for_step(proc: subprocess.Popen, out: Path, step: int, timeout: float = 400) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(r["step"] >= step for r in history(out)):
+        assert proc.poll() is None, proc.communicate()[0].decode()[-4000:]
+        assert time.monotonic() < deadline, f"no step {step} within {timeout} s"
+        time.sleep(0.2)  # another process's files: nothing to wait on but the directory
+
+
+def adam_steps(ckpt: Path) -> set[float]:
+    """The AdamW step count of every parameter in a distributed checkpoint's optimizer state."""
+    state = torch.load(ckpt / "optimizer.pt", weights_only=True)["optimizer_by_name"]["state"]
+    return {float(s["step"]) for s in state.values()}
+
+
+def rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    found = [int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"RANK=")]
+    return found[0] if found else None
+
+
+def test_sigterm_to_the_launcher_checkpoints_once_exits_zero_and_resumes_exactly(
+    job: dict,
+) -> None:
+    out = job["out"]
+    first = job["start"](every_steps=100)  # no checkpoint but the stop's (and the final one)
+    wait_for_step(first, out, 2)
+    assert list_checkpoints(out / "checkpoints") == []
+    first.send_signal(signal.SIGTERM)  # the launcher only, as the kubelet signals PID 1
+    log = first.communicate(timeout=300)[0].decode()
+    assert first.returncode == 0, log[-4000:]
+    completed = [r["step"] for r in history(out)]
+    ckpts = list_checkpoints(out / "checkpoints")
+    assert len(ckpts) == 1, (ckpts, log[-4000:])
+    step, path = ckpts[0]
+    assert step == completed[-1], (step, completed)  # the last completed step, nothing later
+    assert 2 <= step < 5
+    writers = [ln for ln in log.splitlines() if "checkpoint of step" in ln]
+    assert len(writers) == 1, writers
+    assert "written by rank 0" in writers[0]
+    assert f"stopped by SIGTERM after step {step}" in log
+    assert log.count("exitcode") == 0, log[-4000:]  # torchrun reports no failed worker
+    assert adam_steps(path) == {float(step)}
+
+    # The Job's next pod: the same command continues after the saved step to the end, with the
+    # optimizer state the stop saved (AdamW's per-parameter step counts go on from it).
+    second = job["start"](every_steps=100)
+    log2 = second.communicate(timeout=400)[0].decode()
+    assert second.returncode == 0, log2[-4000:]
+    steps = [r["step"] for r in history(out)]
+    assert steps == list(range(1, 6)), steps  # each step once: none lost, none repeated
+    final = dict(list_checkpoints(out / "checkpoints"))[5]
+    assert adam_steps(final) == {5.0}
+    assert history(out)[step]["logprob_mismatch"] < 1e-4  # generation used the resumed weights
+
+
+def test_a_killed_rank_ends_the_job_and_a_rerun_loses_no_completed_step(job: dict) -> None:
+    out = job["out"]
+    first = job["start"](every_steps=1)
+    wait_for_step(first, out, 2)
+    ranks = {rank_of(pid): pid for pid in children(first.pid)}
+    os.kill(ranks[1], signal.SIGKILL)
+    log = first.communicate(timeout=300)[0].decode()
+    assert first.returncode != 0, log[-4000:]  # a Job counts the pod as failed and starts it again
+    assert all(rank_of(pid) is None for pid in ranks.values())  # rank 0 was torn down too
+    completed = [r["step"] for r in history(out)]
+    saved = [s for s, _ in list_checkpoints(out / "checkpoints")]
+    # every completed step is saved (its checkpoint is written before its history row)
+    assert completed[-1] <= saved[-1] <= completed[-1] + 1, (saved, completed)
+
+    second = job["start"](every_steps=1)
+    log2 = second.communicate(timeout=400)[0].decode()
+    assert second.returncode == 0, log2[-4000:]
+    steps = [r["step"] for r in history(out)]
+    assert steps == completed + list(range(saved[-1] + 1, 6)), steps
+    assert adam_steps(dict(list_checkpoints(out / "checkpoints"))[5]) == {5.0}
