@@ -55,18 +55,21 @@ def trainer_env(run: Obj, pool: tuple[str, str] | None = None) -> list[Obj]:
 
 
 def trainer_command(spec: Obj) -> list[str]:
-    """torchrun only where there are several processes to launch. A single process runs the
-    trainer directly, so SIGTERM reaches it with the pod's whole grace period to checkpoint
-    (torchrun's agent kills its workers about 30 s after forwarding SIGTERM).
+    """The trainer's torchrun (kubecua_trainer.launch) only where there are several processes
+    to launch: unlike plain torchrun's agent it passes SIGTERM on to the workers, gives them the
+    pod's whole grace period to checkpoint and exits 0 when they do. A single process runs the
+    trainer directly.
 
     >>> trainer_command({"trainer": {"nodes": 1, "gpusPerNode": 1}})[:3]
     ['python', '-m', 'kubecua_trainer']
-    >>> trainer_command({"trainer": {"nodes": 2, "gpusPerNode": 4}})[:3]
-    ['torchrun', '--module', 'kubecua_trainer']
+    >>> trainer_command({"trainer": {"nodes": 2, "gpusPerNode": 4}})[:5]
+    ['python', '-m', 'kubecua_trainer.launch', '--module', 'kubecua_trainer']
     """
     trainer = spec.get("trainer", {})
     processes = trainer.get("nodes", 1) * max(1, trainer.get("gpusPerNode", 0))
-    launcher = ["torchrun", "--module"] if processes > 1 else ["python", "-m"]
+    launcher = ["python", "-m"]
+    if processes > 1:
+        launcher += ["kubecua_trainer.launch", "--module"]
     return [*launcher, "kubecua_trainer", "run", f"{CONFIG_DIR}/{CONFIG_FILE}"]
 
 
