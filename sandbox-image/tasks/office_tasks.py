@@ -63,12 +63,13 @@ def open_in_office(path: str, title: str) -> list[dict]:
 
 
 # Save in the file's own format: ctrl+s, then wait for LibreOffice's "Keep current format"
-# dialog (a second window of the app) and press Enter on its default button.
+# dialog (a second window of the app; up to 30 s, the first save of a session loads the export
+# filters) and press Enter on its default button.
 SAVE_KEEP_FORMAT = gui(
     "import subprocess\n"
     "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
     "before = n(); pyautogui.hotkey('ctrl', 's')\n"
-    "for _ in range(100):\n"
+    "for _ in range(300):\n"
     "    if n() > before: break\n"
     "    time.sleep(0.1)\n"
     "time.sleep(0.3); pyautogui.press('enter')"

@@ -5,6 +5,7 @@ that is not VLC (tasks ask to make VLC the default)."""
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -53,3 +54,38 @@ def test_default_video_player_is_not_vlc(desktop: Desktop) -> None:
     for kind in ("video/mp4", "video/x-matroska", "video/webm"):
         out = _sh(desktop, f"xdg-mime query default {kind}")["output"].strip()
         assert out == "videos.desktop", (kind, out)
+
+
+def _settled(desktop: Desktop, frames: int = 5) -> bool:
+    """The screen stayed the same for two seconds (five frames half a second apart): the app
+    has finished starting (the tip dialog comes about half a second after the window)."""
+    first = desktop.client.get("/screenshot").content
+    for _ in range(frames - 1):
+        time.sleep(0.5)
+        if desktop.client.get("/screenshot").content != first:
+            return False
+    return True
+
+
+def test_libreoffice_starts_without_first_start_dialogs(desktop: Desktop) -> None:
+    """A fresh home shows Tip of the Day a moment after the document window; it takes the focus,
+    so an agent's (or a reference solution's) typing lands in the dialog."""
+    if _sh(desktop, "command -v soffice")["returncode"] != 0:
+        pytest.skip("LibreOffice is not installed (make setup-apt)")
+    _sh(desktop, "setsid soffice --calc >/dev/null 2>&1 &")
+    try:
+        wait_for(
+            lambda: "LibreOffice Calc" in _sh(desktop, "wmctrl -l")["output"],
+            timeout=120, what="a LibreOffice Calc window",
+        )  # fmt: skip
+        wait_for(lambda: _settled(desktop), timeout=60, what="Calc to finish drawing")
+        windows = _sh(desktop, "wmctrl -l")["output"]
+        assert "Tip of the Day" not in windows
+        active = _sh(desktop, "xdotool getactivewindow getwindowname")["output"]
+        assert "LibreOffice Calc" in active
+    finally:
+        _sh(desktop, "wmctrl -c 'LibreOffice Calc'")
+        wait_for(
+            lambda: "LibreOffice" not in _sh(desktop, "wmctrl -l")["output"],
+            timeout=60, what="Calc to close",
+        )  # fmt: skip

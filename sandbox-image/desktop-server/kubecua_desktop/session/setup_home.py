@@ -1,10 +1,11 @@
 """Prepare the session's home the way OSWorld's image has it: Desktop and friends, a wallpaper,
 VLC's HTTP interface on the session's port with its first-run question answered, Chrome's profile
-directory, and a default video player that is not VLC (OSWorld's Ubuntu opens videos in its own
-player; tasks ask to make VLC the default)."""
+directory, a LibreOffice profile past its first start, and a default video player that is not VLC
+(OSWorld's Ubuntu opens videos in its own player; tasks ask to make VLC the default)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -28,6 +29,49 @@ host=127.0.0.1
 port={port}
 password=password
 """
+
+
+# LibreOffice's first start shows "Tip of the Day", a dialog that appears a moment after the
+# document window and takes the keyboard focus from it, plus a "what's new" bar. OSWorld's image
+# has a used profile without either; a fresh home here would show them in every episode (resets
+# restore the home), and keystrokes meant for the document land in the dialog.
+XCU_ITEM = (
+    '<item oor:path="{path}"><prop oor:name="{name}" oor:op="fuse">'
+    "<value>{value}</value></prop></item>"
+)
+XCU = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n'
+    '<oor:items xmlns:oor="http://openoffice.org/2001/registry"'
+    ' xmlns:xs="http://www.w3.org/2001/XMLSchema"'
+    ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n{items}\n</oor:items>\n'
+)
+MISC = "/org.openoffice.Office.Common/Misc"
+
+
+def libreoffice_version() -> str | None:
+    """major.minor of the installed LibreOffice (dpkg's "4:7.4.7-1+deb12u14" gives "7.4")."""
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "libreoffice-core"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.match(r"(?:\d+:)?(\d+\.\d+)", out)
+    return found.group(1) if found else None
+
+
+def libreoffice_profile(home: Path) -> None:
+    xcu = home / ".config/libreoffice/4/user/registrymodifications.xcu"
+    if xcu.exists():  # a profile the user brought: theirs to keep
+        return
+    settings = [(MISC, "ShowTipOfTheDay", "false"), (MISC, "FirstRun", "false")]
+    version = libreoffice_version()
+    if version:  # the version it last ran: no "what's new" bar
+        settings.append(("/org.openoffice.Setup/Product", "ooSetupLastVersion", version))
+    items = [XCU_ITEM.format(path=p, name=n, value=v) for p, n, v in settings]
+    xcu.parent.mkdir(parents=True, exist_ok=True)
+    xcu.write_text(XCU.format(items="\n".join(items)))
 
 
 VIDEO_PLAYER = "videos.desktop"
@@ -81,6 +125,7 @@ def prepare_home(config: SessionConfig, env: Mapping[str, str]) -> None:
     if not vlcrc.exists():
         vlcrc.write_text(VLCRC.format(port=config.vlc_port))
     default_video_player(home)
+    libreoffice_profile(home)
     wallpaper = home / ".local/share/backgrounds/kubecua.png"
     if not wallpaper.exists():
         wallpaper.parent.mkdir(parents=True, exist_ok=True)
