@@ -63,10 +63,23 @@ build() {
     return
   fi
   log "building $tag (inputs $hash)"
+  local old extra=()
+  old=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+  # The trainer's locked wheels (4 GB) are in the host's uv cache once `make trainer-env` ran:
+  # lend it to the build rather than download them again (trainer/Dockerfile uses it if there).
+  local uv_cache=${UV_CACHE_DIR:-${KUBECUA_CACHE:-$HOME/.cache/kubecua}/uv}
+  if [[ $name == trainer && -f $uv_cache/CACHEDIR.TAG ]]; then
+    extra+=(--volume "$uv_cache:/var/cache/uv")
+  fi
   # The host's CA bundle reaches pip inside the build as a secret (registry traffic is
   # TLS-intercepted here); Dockerfiles mount it optionally, so other builders need nothing.
-  "${PODMAN[@]}" build "${LIMITS[@]}" -f "$repo/$dockerfile" -t "$tag" \
+  "${PODMAN[@]}" build "${LIMITS[@]}" "${extra[@]}" -f "$repo/$dockerfile" -t "$tag" \
     --label "io.kubecua.inputs=$hash" --secret id=ca,src=/etc/ssl/certs/ca-certificates.crt "$repo"
+  # The version it replaces is left untagged: remove it (and its layers no other image uses),
+  # or every rebuild leaves gigabytes behind. Refused, harmlessly, while a container uses it.
+  if [[ -n $old && $old != $("${PODMAN[@]}" image inspect --format '{{.Id}}' "$tag") ]]; then
+    "${PODMAN[@]}" rmi "$old" >/dev/null 2>&1 || log "kept the replaced $old (in use)"
+  fi
 }
 
 ensure_base

@@ -8,13 +8,12 @@ TEST_TARGETS += test-e2e
 setup-node: setup-apt setup-go ## a real node: kubelet, kube-proxy, pause image (cached by version); containerd, CNI from apt
 	hack/build-node.sh
 
-# The images tests/e2e/test_real_node_*.py runs on the real node (each skipped when its inputs
-# are unchanged). The trainer image (CUDA torch from PyPI, 5.5 GB: about 16 min to build and 3 to
-# import on the loaded 2-core machine) only with REAL_NODE_TRAINER=1, to keep a fresh `make test`
-# in its time budget; without it the journey's training, suspend/resume and Prometheus tests skip,
-# saying so. `make images` builds it too.
-node-images: setup-apt
-	hack/build-images.sh operator sandbox $(if $(REAL_NODE_TRAINER),trainer)
+# The images tests/e2e/test_real_node_*.py runs on the real node, each skipped when its inputs are
+# unchanged. The trainer image is the one the chart ships (CUDA torch: PyPI has no CPU build of
+# torch for x86_64 Linux and PyTorch's own index cannot be reached here); its 4 GB of wheels come
+# from the uv cache that trainer-env filled, so it builds in minutes, not the 16 of a download.
+node-images: setup-apt trainer-env
+	hack/build-images.sh operator sandbox trainer
 
 # The chart's own test files run under test-charts; everything else in e2e/ runs here.
 # The tiny model's rule is in trainer/make.mk (included after this file, hence the spelled path).

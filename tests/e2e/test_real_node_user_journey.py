@@ -346,10 +346,7 @@ def prometheus(cluster: Cluster, release, tmp_path_factory) -> Iterator[str]:
 def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> dict:
     """The run: step 1 in a first trainer pod, suspend (SIGTERM: checkpoint), resume, step 2."""
     if TRAINER_IMAGE not in node_images(cluster):
-        pytest.skip(
-            f"{TRAINER_IMAGE} is not built (5.5 GB, left out of `make test` for time): "
-            "`make test-e2e REAL_NODE_TRAINER=1` or `make images` builds it"
-        )
+        pytest.skip(f"{TRAINER_IMAGE} is not built: `make test-e2e` (or `make images`) builds it")
     model = cache_dir() / "models" / "tiny-qwen2_5_vl"
     if not (model / "config.json").exists():
         pytest.skip(f"{model} is missing: `make test-e2e` builds it")
