@@ -7,8 +7,9 @@ written under a temporary name and renamed, so a crash never leaves a half check
 latest_checkpoint() would pick. Everything is read back with torch.load(weights_only=True), so a
 checkpoint volume cannot smuggle in pickled code. A distributed run (save_sharded_checkpoint)
 writes the same layout from rank 0, with the optimizer state keyed by parameter name and one RNG
-state per rank; single-process and distributed checkpoints do not resume each other (the
-optimizer formats differ), distributed ones resume at any world size.
+state per rank. Any checkpoint resumes at any world size (1 included): the model is full, the
+optimizer state is converted between its two layouts (Learner.load_state_dict), rank r takes the
+saved rank r's RNG state (a rank the checkpoint did not have keeps its fresh seed).
 """
 
 from __future__ import annotations
@@ -131,8 +132,14 @@ def load_checkpoint(
     if replay is not None and (ckpt / "replay.pt").is_file():
         replay.load_state_dict(torch.load(ckpt / "replay.pt", weights_only=True))
     if (ckpt / "rng.pt").is_file():
-        _set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True))
+        _set_rng_state(_rank_states(torch.load(ckpt / "rng.pt", weights_only=True))[0])
     return {"step": int(state["step"]), "extra": state.get("extra", {})}
+
+
+def _rank_states(saved: dict[str, Any]) -> list[Any]:
+    """rng.pt as one RNG state per saved rank: a distributed checkpoint holds {"ranks": [...]},
+    a single process's one state."""
+    return saved.get("ranks", [saved])
 
 
 def _fresh_tmp(root: Path, name: str) -> tuple[Path, Path]:
@@ -217,8 +224,8 @@ def load_sharded_checkpoint(
     d: Dist,
 ) -> dict[str, Any]:
     """Rank 0 reads the checkpoint and the other ranks receive it (no shared disk needed). A
-    checkpoint of another world size loads too: weights and optimizer state are full; ranks
-    beyond the saved ones start from fresh RNG seeds."""
+    checkpoint of another world size (a single process's included) loads too: weights and
+    optimizer state are full; ranks beyond the saved ones start from fresh RNG seeds."""
     from kubecua_trainer.sharded import load_full_state
 
     ckpt = Path(path)
@@ -236,7 +243,7 @@ def load_sharded_checkpoint(
         del loaded
         opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
         saved = (
-            torch.load(ckpt / "rng.pt", weights_only=True)["ranks"]
+            _rank_states(torch.load(ckpt / "rng.pt", weights_only=True))
             if (ckpt / "rng.pt").is_file()
             else []
         )

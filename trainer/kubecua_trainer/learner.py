@@ -3,7 +3,9 @@
 Samples are run one at a time (batch of one, no padding; gradients accumulate), which keeps the
 peak memory at one sequence. Distributed (sharded.py, FSDP2): every rank gets the whole batch,
 trains its token-balanced share with the batch-wide aggregation weights, and FSDP sums the
-gradients, so the update equals the single-process one up to summation order. Ranks must run the
+gradients, so the update equals the single-process one up to summation order. The optimizer
+state converts between the two layouts (by index, by name), so a run resumes at another world
+size. Ranks must run the
 same number of forward/backward passes (each one all-gathers), so a short share is padded with
 zero-weight passes. What it leaves out: several optimizer steps per batch (so the PPO ratio is 1
 at the step; see loss.py).
@@ -157,8 +159,10 @@ class Learner:
         return norm
 
     def state_dict(self) -> dict[str, Any]:
-        """Single process: the optimizer's own state dict. Distributed (collective): the full
-        state keyed by parameter name on rank 0, so any world size can load it."""
+        """Single process: the optimizer's own state dict (keyed by parameter index).
+        Distributed (collective): the full state keyed by parameter name on rank 0.
+        Either loads into the other (load_state_dict converts), so a run can change its
+        world size between 1 and more processes."""
         if self.net is not None:
             from kubecua_trainer.sharded import optimizer_full_state
 
@@ -172,19 +176,62 @@ class Learner:
             from kubecua_trainer.sharded import load_optimizer_full_state
 
             if self.dist.is_main and "optimizer_by_name" not in d:
-                raise _format_error(
-                    "this checkpoint's optimizer state comes from a single-process run; a "
-                    "distributed run resumes only from a distributed run's checkpoint"
-                )
+                d = {**d, "optimizer_by_name": by_name(d["optimizer"], self.param_names())}
             load_optimizer_full_state(self.net, self.optimizer, d.get("optimizer_by_name", {}))
-        elif "optimizer" not in d:
+        elif "optimizer" in d:
+            self.optimizer.load_state_dict(d["optimizer"])
+        elif not isinstance(self.optimizer, torch.optim.AdamW):
             raise _format_error(
-                "this checkpoint's optimizer state comes from a distributed run; a single "
-                "process resumes only from a single-process run's checkpoint"
+                "this checkpoint comes from a distributed run, and trainer.optimizerOffload in "
+                "one process keeps fp32 master weights the checkpoint does not have; resume it "
+                "without optimizerOffload, or with nodes x gpusPerNode > 1"
             )
         else:
-            self.optimizer.load_state_dict(d["optimizer"])
+            self.optimizer.load_state_dict(by_index(d["optimizer_by_name"], self.param_names()))
         self.steps = int(d["steps"])
+
+    def param_names(self) -> list[str]:
+        """The trainable parameters' names as the distributed state keys them (the FSDP2 root,
+        sharded.LogprobNet, holds the model as `model`), in the optimizer's order."""
+        model = self.policy.model
+        return [f"model.{n}" for n, p in model.named_parameters() if p.requires_grad]
+
+
+def by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A torch optimizer state dict keyed by parameter index -> keyed by name (the layout of
+    torch.distributed.checkpoint's full optimizer state dict); the tensors are the same."""
+    if "param_groups" not in state:  # perf.MasterAdamW's: fp32 masters beside the weights
+        raise _format_error(
+            "this checkpoint comes from one process with trainer.optimizerOffload, whose fp32 "
+            "master weights a distributed run cannot take over exactly; resume it in one process"
+        )
+    groups = state["param_groups"]
+    if sum(len(g["params"]) for g in groups) != len(names):
+        raise _trainable_mismatch(sum(len(g["params"]) for g in groups), len(names))
+    return {
+        "state": {names[i]: v for i, v in state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in groups],
+    }
+
+
+def by_index(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The inverse of by_name, for a single process's optimizer over `names`."""
+    index = {n: i for i, n in enumerate(names)}
+    groups = state["param_groups"]
+    saved = [n for g in groups for n in g["params"]]
+    if sorted(saved) != sorted(names):
+        raise _trainable_mismatch(len(saved), len(names))
+    return {
+        "state": {index[n]: v for n, v in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in groups],
+    }
+
+
+def _trainable_mismatch(saved: int, now: int) -> Exception:
+    return _format_error(
+        f"the checkpoint's optimizer state covers {saved} parameters but this run trains {now}; "
+        "model.freezeVision must stay as it was when the checkpoint was written"
+    )
 
 
 def _format_error(message: str) -> Exception:

@@ -5,7 +5,8 @@ operator's Job does (`python -m kubecua_trainer.launch --module kubecua_trainer 
   first process): the ranks checkpoint the last completed step once, every rank and the launcher
   exit 0, and a rerun continues from that step with the optimizer state it had;
 - SIGKILL to one rank: the launcher tears the other one down and fails (a Job then starts the pod
-  again), and a rerun resumes after the newest checkpoint with no completed step lost.
+  again), and a rerun resumes after the newest checkpoint with no completed step lost, here as
+  one process (the spec changed to trainer.nodes 1: a change of world size).
 
 Needs `make sandbox-env` (skipped, saying so, without it)."""
 
@@ -48,10 +49,16 @@ def job(tmp_path: Path, tiny_model_dir: Path, desktops: LocalSource) -> Iterator
     env = {**os.environ, "KUBECUA_SANDBOX_TOKEN": desktops.token or ""}
     procs: list[subprocess.Popen] = []
 
-    def start(every_steps: int) -> subprocess.Popen:
+    def start(every_steps: int, processes: int = 2) -> subprocess.Popen:
         spec["checkpoint"] = {"everySteps": every_steps, "keep": 10}
+        spec["trainer"]["nodes"] = processes
         manifest = write_manifest(tmp_path / "run.yaml", spec)
-        proc = subprocess.Popen(launch_cmd(manifest), cwd=TRAINER_DIR, env=env,
+        cmd = (
+            launch_cmd(manifest)
+            if processes > 1
+            else [sys.executable, "-m", "kubecua_trainer", "run", str(manifest), "--no-progress"]
+        )
+        proc = subprocess.Popen(cmd, cwd=TRAINER_DIR, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         procs.append(proc)
@@ -73,8 +80,9 @@ def wait_for_step(proc: subprocess.Popen, out: Path, step: int, timeout: float =
 
 
 def adam_steps(ckpt: Path) -> set[float]:
-    """The AdamW step count of every parameter in a distributed checkpoint's optimizer state."""
-    state = torch.load(ckpt / "optimizer.pt", weights_only=True)["optimizer_by_name"]["state"]
+    """The AdamW step count of every parameter in a checkpoint's optimizer state."""
+    saved = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    state = saved["optimizer_by_name" if "optimizer_by_name" in saved else "optimizer"]["state"]
     return {float(s["step"]) for s in state.values()}
 
 
@@ -122,7 +130,9 @@ def test_sigterm_to_the_launcher_checkpoints_once_exits_zero_and_resumes_exactly
     assert history(out)[step]["logprob_mismatch"] < 1e-4  # generation used the resumed weights
 
 
-def test_a_killed_rank_ends_the_job_and_a_rerun_loses_no_completed_step(job: dict) -> None:
+def test_a_killed_rank_ends_the_job_and_a_rerun_in_one_process_loses_no_completed_step(
+    job: dict,
+) -> None:
     out = job["out"]
     first = job["start"](every_steps=1)
     wait_for_step(first, out, 2)
@@ -136,7 +146,9 @@ def test_a_killed_rank_ends_the_job_and_a_rerun_loses_no_completed_step(job: dic
     # every completed step is saved (its checkpoint is written before its history row)
     assert completed[-1] <= saved[-1] <= completed[-1] + 1, (saved, completed)
 
-    second = job["start"](every_steps=1)
+    # The rerun, its spec changed to one process (trainer.nodes 1): a change of world size
+    # resumes too, with the optimizer state the two ranks saved.
+    second = job["start"](every_steps=1, processes=1)
     log2 = second.communicate(timeout=400)[0].decode()
     assert second.returncode == 0, log2[-4000:]
     steps = [r["step"] for r in history(out)]

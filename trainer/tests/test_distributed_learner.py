@@ -2,7 +2,8 @@
 
 Tolerances: the loss and grad norm of a two-rank FSDP2 step equal the single-process step's within
 1e-5 relative, the updated weights within 1e-6 absolute (fp32; only the order in which the ranks'
-gradient contributions are summed differs). Weight refresh and resume are bitwise."""
+gradient contributions are summed differs). Weight refresh and resume are bitwise, at the same
+world size and from 1 to 2 processes and back (weights and AdamW state)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 import pytest
 from test_metrics import free_port
 
-from kubecua_trainer.checkpoint import load_checkpoint
 from kubecua_trainer.config import (
     API_VERSION,
     KIND,
@@ -23,8 +23,9 @@ from kubecua_trainer.config import (
     parse_training_run,
 )
 from kubecua_trainer.distributed import balance_by_tokens, check_world, episode_owner
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learner import Learner, by_name
 from kubecua_trainer.model import load_policy
+from kubecua_trainer.perf.optimizer import MasterAdamW
 from kubecua_trainer.rollout.groups import Group, merge_groups
 from kubecua_trainer.rollout.records import EpisodeResult
 
@@ -62,11 +63,26 @@ def test_two_ranks_train_like_one_process_refresh_bitwise_and_resume_exactly(
     ckpts = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     assert ckpts == ["step-00000001"]
     assert (tmp_path / "ckpt/step-00000001/model.safetensors").is_file()
-    # a single process refuses it, saying why (the optimizer state is keyed differently)
+    # a change of world size, both ways: the state is restored bitwise, and the next step
+    # matches the run that kept its world size within the tolerances above
+    for change in ("world_1_to_2", "world_2_to_1"):
+        assert got[change]["weights_bitwise"], (change, got[change])
+        assert got[change]["adam_bitwise"], (change, got[change])
+        assert got[change]["loss_rel_diff"] <= 1e-5, (change, got[change])
+        assert got[change]["weights_max_abs_diff"] <= 1e-6, (change, got[change])
+    assert got["world_2_to_1"]["steps"] == 2
+
+
+def test_offloaded_single_process_optimizer_state_is_refused_by_a_distributed_run(
+    tiny_model_dir: Path,
+) -> None:
+    """perf.MasterAdamW keeps fp32 master weights outside the model: no exact conversion."""
     policy = load_policy(str(tiny_model_dir), "float32", "cpu")
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    state = MasterAdamW(params, lr=1e-3, offload=True).state_dict()
     learner = Learner(policy, AlgorithmConfig())
-    with pytest.raises(ConfigError, match="comes from a distributed run"):
-        load_checkpoint(tmp_path / "ckpt/step-00000001", policy, learner, None)
+    with pytest.raises(ConfigError, match="optimizerOffload"):
+        by_name(state, learner.param_names())
 
 
 def test_token_balance_splits_a_step_evenly() -> None:

@@ -8,7 +8,10 @@ batch of token-exact samples (Conversations with screenshots, different lengths)
 2. weight refresh: after the update, every rank's generation copy equals the gathered learner
    weights, bitwise (fp32 on the CPU);
 3. exact resume: a checkpoint written after step 1, loaded into a freshly sharded learner, gives
-   step 2 bitwise equal to the uninterrupted run's step 2 (weights, loss, RNG state).
+   step 2 bitwise equal to the uninterrupted run's step 2 (weights, loss, RNG state);
+4. a change of world size: the two ranks' checkpoint loaded into a single process, and a single
+   process's checkpoint loaded into the two ranks, restore weights and AdamW state bitwise, and
+   the next step matches the run that kept its world size (within the tolerances of 1.).
 Rank 0 prints one JSON line with the figures; the test asserts on them.
 """
 
@@ -18,13 +21,19 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
-from kubecua_trainer.checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
+from kubecua_trainer.checkpoint import (
+    load_checkpoint,
+    load_sharded_checkpoint,
+    save_checkpoint,
+    save_sharded_checkpoint,
+)
 from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learner import Learner, by_name
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
 from kubecua_trainer.testing.images import screenshot
@@ -74,14 +83,39 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
+def state_of(policy: Policy) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+
+
+def same_optimizer(a: dict, b: dict, d: Dist | None) -> bool:
+    """Two by-name optimizer states hold bitwise equal tensors (on rank 0: `a` is full there)."""
+    if d is not None and not d.is_main:
+        return True
+    if (
+        a["param_groups"][0]["params"] != b["param_groups"][0]["params"]
+        or a["state"].keys() != b["state"].keys()
+    ):
+        return False
+    return all(
+        torch.equal(torch.as_tensor(a["state"][n][k]), torch.as_tensor(b["state"][n][k]))
+        for n in a["state"]
+        for k in a["state"][n]
+    )
+
+
 def main(model_dir: str, workdir: str) -> None:
     d = init_from_env()
     torch.manual_seed(0)
     ref_policy = load_policy(model_dir, "float32", "cpu")
     batch1 = make_samples(ref_policy, 1)
     batch2 = make_samples(ref_policy, 2)
-    ref = Learner(ref_policy, ALGO).step(batch1)
+    ref_learner = Learner(ref_policy, ALGO)
+    ref = ref_learner.step(batch1)
     ref_weights = {k: v.detach().clone() for k, v in ref_policy.model.state_dict().items()}
+    single_dir = Path(workdir).parent / "single"
+    if d.is_main:  # a single process's checkpoint after step 1, for the 1 -> 2 resume
+        single_path = save_checkpoint(single_dir, 1, ref_policy, ref_learner, None)
+    single_path = d.broadcast(single_path if d.is_main else "")
 
     policy, learner, gen = sharded(model_dir, d)
     got = learner.step(batch1)
@@ -102,6 +136,38 @@ def main(model_dir: str, workdir: str) -> None:
     step2_b = learner_b.step(batch2)
     weights2_b = full_state(policy_b.model, keep=True)
 
+    # 1 -> 2: the single process's checkpoint into the two ranks, then step 2 on both sides.
+    policy_c, learner_c, _ = sharded(model_dir, d)
+    load_sharded_checkpoint(single_path, policy_c, learner_c, None, d)
+    loaded_c = full_state(policy_c.model, keep=True)
+    single_adam = by_name(ref_learner.optimizer.state_dict(), ref_learner.param_names())
+    grown: dict[str, Any] = {
+        "weights_bitwise": all(torch.equal(loaded_c[k], ref_weights[k]) for k in loaded_c),
+        "adam_bitwise": same_optimizer(learner_c.state_dict()["optimizer_by_name"], single_adam, d),
+    }
+    ref2 = ref_learner.step(batch2)
+    step2_c = learner_c.step(batch2)
+    weights2_c = full_state(policy_c.model, keep=True)
+    grown.update(loss_rel_diff=rel(step2_c["loss"], ref2["loss"]),
+                 weights_max_abs_diff=max_diff(weights2_c, state_of(ref_policy)))  # fmt: skip
+
+    # 2 -> 1: the two ranks' checkpoint into a single process (rank 0 alone), then step 2.
+    shrunk: dict = {}
+    if d.is_main:
+        policy_s = load_policy(model_dir, "float32", "cpu")
+        learner_s = Learner(policy_s, ALGO)
+        load_checkpoint(path, policy_s, learner_s, None)
+        saved = torch.load(Path(path) / "optimizer.pt", weights_only=True)["optimizer_by_name"]
+        mine = by_name(learner_s.optimizer.state_dict(), learner_s.param_names())
+        shrunk["weights_bitwise"] = all(
+            torch.equal(v, weights1[k]) for k, v in state_of(policy_s).items()
+        )
+        shrunk["adam_bitwise"] = same_optimizer(mine, saved, None)
+        step2_s = learner_s.step(batch2)
+        shrunk.update(loss_rel_diff=rel(step2_s["loss"], step2["loss"]),
+                      weights_max_abs_diff=max_diff(state_of(policy_s), weights2),
+                      steps=learner_s.steps)  # fmt: skip
+
     checks = d.gather_to_main({"rank": d.rank, "refresh_bitwise": refresh_equal,
                                "rng_restored": rng_restored})  # fmt: skip
     if d.is_main:
@@ -118,6 +184,8 @@ def main(model_dir: str, workdir: str) -> None:
                        "weights_bitwise": all(torch.equal(weights2[k], weights2_b[k])
                                               for k in weights2),
                        "steps": learner_b.steps},
+            "world_1_to_2": grown,
+            "world_2_to_1": shrunk,
         }), flush=True)  # fmt: skip
     shutdown(d)
 
