@@ -7,7 +7,7 @@ URLs are built from the desktop user's home at run time (tasks say /home/user)."
 
 from __future__ import annotations
 
-from taskkit import H, gui, task, wait_drawn, wait_until, write
+from taskkit import H, gui, task, wait_drawn, wait_until, wait_window, write
 
 WEB = f"{H}/web"
 PAGES = {
@@ -42,6 +42,7 @@ def chrome_setup() -> list[dict]:
             "python3 -c \"import urllib.request as u; u.urlopen('http://localhost:9222/json/version', timeout=2)\" 2>/dev/null",
             "Chrome DevTools on 9222",
         ),
+        wait_window("Home - "),  # the start page has loaded in the window
         wait_drawn(),
     ]
 
@@ -83,6 +84,21 @@ def tabs_include(*pages: str) -> dict:
     }
 
 
+def title_of(page: str) -> str:
+    return PAGES[page.split("?")[0]].split("<title>")[1].split("</title>")[0]
+
+
+def until_shown(page: str) -> str:
+    """Code that waits (up to 30 s) until the browser window shows the page's title, as a
+    careful agent looks before it says DONE: the evaluation reads the tabs at once."""
+    return (
+        "\nimport subprocess, time\n"
+        "for _ in range(300):\n"
+        f"    if ' {title_of(page)} - ' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
+        "    time.sleep(0.1)"
+    )
+
+
 def go_to(page: str, new_tab: bool = False) -> dict:
     """Focus the address bar and type the page's file:// URL (the home is known only on the
     desktop); Alt+Enter opens it in a new foreground tab instead of the current one."""
@@ -90,6 +106,7 @@ def go_to(page: str, new_tab: bool = False) -> dict:
     url = "f'file://{pathlib.Path.home()}/web/" + page + "'"
     return gui(
         f"import pathlib; pyautogui.hotkey('ctrl', 'l'); pyautogui.write({url}, interval=0.005); {enter}"
+        + until_shown(page)
     )
 
 
@@ -103,7 +120,7 @@ task(
     "browser", "chrome-follow-link",
     "In the browser, follow the Pricing link on the open page.",
     chrome_setup(), tabs_are("pricing.html"),
-    [gui("pyautogui.press('tab')"), gui("pyautogui.press('enter')")],
+    [gui("pyautogui.press('tab')"), gui("pyautogui.press('enter')" + until_shown("pricing.html"))],
     [go_to("about.html")], apps=["chrome"],
 )  # fmt: skip
 task(
@@ -122,7 +139,7 @@ task(
         gui("pyautogui.write('Ada', interval=0.02)"),
         gui("pyautogui.press('tab')"),
         gui("pyautogui.write('rl', interval=0.02)"),
-        gui("pyautogui.press('enter')"),
+        gui("pyautogui.press('enter')" + until_shown("thanks.html")),
     ],
     [go_to("form.html"), gui("pyautogui.write('Ada\\n', interval=0.02)")],
     apps=["chrome"],
