@@ -33,6 +33,12 @@ def test_sandbox_pod_is_labelled_probed_and_locked_down():
     c = p["spec"]["containers"][0]
     assert c["image"] == "kubecua/sandbox:dev"
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
+    # A busy desktop answers probes late: no 1 s default timeouts, and a startup allowance
+    # before liveness may restart a desktop that is still starting.
+    probes = ("readinessProbe", "livenessProbe", "startupProbe")
+    assert all(c[p]["timeoutSeconds"] >= 5 for p in probes)
+    startup = c["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
     assert {x["containerPort"] for x in c["ports"]} == {8000, 5000, 9222, 8080}
     assert c["securityContext"]["runAsNonRoot"]
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}

@@ -116,7 +116,11 @@ def build_episode_pod(pool: Obj, index: int, settings: Settings) -> Obj:
         "args": ["episode-server"],
         "ports": [{"name": "episodes", "containerPort": 8000}],
         "env": env,
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8000}, "periodSeconds": 2},
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": 8000},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+        },
         "securityContext": security_context(),
         "volumeMounts": [mount],
     }

@@ -74,14 +74,25 @@ def build_container(pool: Obj, settings: Settings) -> Obj:
         "image": pod_cfg.get("image") or settings.sandbox_image,
         "ports": [{"name": n, "containerPort": p} for n, p in names.PORTS.items()],
         "env": env,
+        # Timeouts above the 1 s default: a desktop busy with an episode answers late, and a
+        # missed probe must not flap the pod out of its Service. The startup probe gives the
+        # desktop's first start (Xvfb, apps' caches) two minutes before liveness counts.
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": episodes},
             "periodSeconds": 2,
+            "timeoutSeconds": 5,
             "failureThreshold": 2,
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": episodes},
+            "periodSeconds": 2,
+            "timeoutSeconds": 5,
+            "failureThreshold": 60,
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": episodes},
             "periodSeconds": 10,
+            "timeoutSeconds": 5,
             "failureThreshold": 6,
         },
         "securityContext": security_context(),
