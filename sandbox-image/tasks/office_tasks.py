@@ -14,7 +14,6 @@ import docx
 import openpyxl
 from taskkit import H, gui, task, wait_drawn, wait_window, write_bytes
 
-
 FIXED_TIME = (2026, 1, 1, 0, 0, 0)
 CORE_STAMP = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
 
