@@ -80,11 +80,15 @@ class Dist:
 
     def scatter_from_main(self, objs: list[T] | None) -> T:
         """objs[r] (given on rank 0) on rank r."""
+        return self.scatter_from(objs, 0)
+
+    def scatter_from(self, objs: list[T] | None, src: int) -> T:
+        """objs[r] (given on rank src) on rank r: each rank receives only its own."""
         if not self.enabled:
             assert objs is not None
             return objs[0]
         box: list[Any] = [None]
-        dist.scatter_object_list(box, objs if self.is_main else None, src=0)
+        dist.scatter_object_list(box, objs if self.rank == src else None, src=src)
         return box[0]
 
     def any(self, flag: bool) -> bool:

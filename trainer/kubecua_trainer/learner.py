@@ -95,7 +95,7 @@ class Learner:
         """One optimizer step over the batch; returns loss, kl, entropy, grad_norm,
         clip_fraction, tokens, seconds (and logprob_mismatch: mean |trainer - engine| log-prob)."""
         start = time.perf_counter()
-        samples = [s for s in samples if bool(s.loss_mask.any())]
+        samples = trainable(samples)
         for s in samples:
             check_image_pads(s, self.policy.merge_size, self.policy.image_pad_id)
         lengths = [int(s.loss_mask.sum()) for s in samples]
@@ -140,14 +140,8 @@ class Learner:
         this rank's token-balanced share, padded to the longest share with weight-0 passes."""
         if not self.dist.enabled:
             return list(zip(samples, weights, [True] * len(samples), strict=True))
-        if not samples:
-            return []
-        sizes = [int(s.input_ids.numel()) for s in samples]
-        shares = balance_by_tokens(sizes, self.dist.world)
-        mine = [(samples[i], weights[i], True) for i in shares[self.dist.rank]]
-        shortest = min(range(len(samples)), key=lambda i: sizes[i])
-        pad = max(len(s) for s in shares) - len(mine)
-        return mine + [(samples[shortest], 0.0, False)] * pad
+        mine = passes(samples, self.dist.world)[self.dist.rank]
+        return [(samples[i], weights[i] if real else 0.0, real) for i, real in mine]
 
     def _clip_and_step(self) -> torch.Tensor:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -195,6 +189,24 @@ class Learner:
         sharded.LogprobNet, holds the model as `model`), in the optimizer's order."""
         model = self.policy.model
         return [f"model.{n}" for n, p in model.named_parameters() if p.requires_grad]
+
+
+def trainable(samples: list[Sample]) -> list[Sample]:
+    """The samples a step trains: those with at least one generated token."""
+    return [s for s in samples if bool(s.loss_mask.any())]
+
+
+def passes(samples: list[Sample], world: int) -> list[list[tuple[int, bool]]]:
+    """Per rank, the forward/backward passes of a distributed step as (index, counts): its
+    token-balanced share, then the shortest sample as weight-0 passes up to the longest share
+    (every rank runs as many passes: each one all-gathers)."""
+    if not samples:
+        return [[] for _ in range(world)]
+    sizes = [int(s.input_ids.numel()) for s in samples]
+    shares = balance_by_tokens(sizes, world)
+    shortest = min(range(len(samples)), key=lambda i: sizes[i])
+    longest = max(len(s) for s in shares)
+    return [[(i, True) for i in s] + [(shortest, False)] * (longest - len(s)) for s in shares]
 
 
 def by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:

@@ -104,12 +104,14 @@ class TrainerMetrics:
             if turn.env_seconds is not None:
                 self.env_step_seconds.observe(turn.env_seconds)
 
-    def observe_step(self, stats: dict[str, float]) -> None:
-        """Set the gauges named in STEP_GAUGES from a step's statistics; others are ignored."""
+    def observe_step(self, stats: dict[str, float], count: bool = True) -> None:
+        """Set the gauges named in STEP_GAUGES from a step's statistics; others are ignored.
+        count: also observe the histograms (in a distributed run only rank 0's pod counts, so a
+        sum over pods counts each step once; every pod sets the gauges)."""
         for key, value in stats.items():
             if key in self.gauges:
                 self.gauges[key].set(value)
-        if "seconds" in stats:
+        if "seconds" in stats and count:
             self.learner_seconds.observe(stats["seconds"])
 
     def checkpoint_written(self, unix_seconds: float) -> None:

@@ -40,6 +40,10 @@ class SuccessReplay:
         kept.append([copy.deepcopy(s) for s in samples])
         self._store[task_id] = kept
 
+    def stored(self) -> list[Sample]:
+        """Every stored sample (the buffer's own objects)."""
+        return [s for eps in self._store.values() for ep in eps for s in ep]
+
     def sample(self, task_id: str) -> list[Sample] | None:
         """A copy of one stored success of task_id (chosen at random), or None."""
         episodes = self._store.get(task_id)

@@ -36,6 +36,7 @@ class Sample:
     group_id: str = ""
     task_id: str = ""
     policy_version: int = 0  # the oldest weights (training step) any of its tokens came from
+    pixels_key: str = ""  # distributed: pixel_values left on this rank (exchange.py)
 
 
 def check_image_pads(sample: Sample, merge_size: int, image_pad_id: int) -> None:

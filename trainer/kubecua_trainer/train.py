@@ -44,7 +44,8 @@ from kubecua_trainer.checkpoint import (
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.exchange import Held, deliver_pixels, gather_screens, strip
+from kubecua_trainer.learner import Learner, passes, trainable
 from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.perf.fast_paths import compile_layers
@@ -253,9 +254,14 @@ class Saver:
             else:
                 state = load_checkpoint(latest, self.policy, self.learner, self.replay)
             self.step, self.path = int(state["step"]), latest
-            if self.dist.is_main:
-                self.metrics.checkpoint_written(checkpoint_time(latest))
+            self._observe_checkpoint(latest)
         return self.step + 1
+
+    def _observe_checkpoint(self, path: str) -> None:
+        """Every pod's metrics show the checkpoint's time (rank 0's volume has the file)."""
+        stamp = self.dist.broadcast(checkpoint_time(path) if self.dist.is_main else None)
+        if self.dist.serves_metrics and stamp is not None:
+            self.metrics.checkpoint_written(stamp)
 
     def save(self, step: int) -> str:
         if self.dist.enabled:
@@ -264,9 +270,9 @@ class Saver:
             )
         else:
             path = save_checkpoint(str(self.root), step, self.policy, self.learner, self.replay)
+        self._observe_checkpoint(path)
         if self.dist.is_main:
             log.info("checkpoint of step %d written by rank %d: %s", step, self.dist.rank, path)
-            self.metrics.checkpoint_written(checkpoint_time(path))
             prune_checkpoints(str(self.root), keep=self.spec.checkpoint.keep)
         self.step, self.path = step, path
         return path
@@ -394,6 +400,9 @@ async def _loop(first_step: int, lp: Loop) -> None:
             if d.is_main:
                 _publish(step, spec, stats, saved, lp.report, saver.metrics, lp.patcher)
                 lp.progress.end_step(stats)
+            elif d.serves_metrics:  # the job's gauges on every pod; rank 0 alone counts
+                saver.metrics.observe_step(stats, count=False)
+                saver.metrics.observe_gpu()
             if lp.opts.on_step is not None:
                 lp.opts.on_step(step, stats)
             if stopping:
@@ -430,13 +439,22 @@ async def _learn_step(
     spec, d, metrics = lp.spec, lp.dist, lp.saver.metrics
     mine, timing = played
     t0 = time.monotonic()
-    groups = merge_groups(d.all_gather(mine)) if d.enabled else mine
+    check, held = image_pad_check(lp.saver.policy), None
+    if d.enabled:  # the episodes go to every rank, their images only where needed (exchange.py)
+        validate_samples(mine, check)  # here, where the pixels are
+        held = strip(mine, d.rank, step)
+        groups = merge_groups(d.all_gather(mine))
+        gather_screens(d, groups, held)
+    else:
+        groups = mine
+        validate_samples(groups, check)
     episodes = episodes_of(groups)
     if d.enabled and d.is_main:
         for ep in episodes:
             metrics.observe_episode(ep)
-    validate_samples(groups, image_pad_check(lp.saver.policy))
     batch = assemble_batch(groups, spec.algorithm, lp.saver.replay)
+    if held is not None:
+        _deliver(d, held, batch, lp.saver.replay)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
     lp.progress.learning(step)
     learn_started = time.time()
@@ -476,6 +494,15 @@ async def _learn_step(
         metrics.step_seconds.observe(stats["seconds_total"])
         _save_episodes(groups, step, lp.run)
     return stats
+
+
+def _deliver(d: Dist, held: Held, batch: Batch, replay: SuccessReplay) -> None:
+    """Pixel values to the ranks whose passes use them, and this step's new replay entries
+    to every rank (the buffer is the same everywhere and rank 0 checkpoints it whole)."""
+    trained = trainable(batch.samples)
+    new_replay = [s for s in replay.stored() if s.pixel_values is None]
+    need = [[trained[i] for i, _ in share] + new_replay for share in passes(trained, d.world)]
+    deliver_pixels(d, held, need)
 
 
 async def _sync_engine(lp: Loop, step: int, saved: str | None) -> None:

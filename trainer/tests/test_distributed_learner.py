@@ -71,6 +71,14 @@ def test_two_ranks_train_like_one_process_refresh_bitwise_and_resume_exactly(
         assert got[change]["loss_rel_diff"] <= 1e-5, (change, got[change])
         assert got[change]["weights_max_abs_diff"] <= 1e-6, (change, got[change])
     assert got["world_2_to_1"]["steps"] == 2
+    # each rank received the pixels of exactly the samples its passes use, and trained the same
+    for rank in got["pixels"]:
+        assert rank["only_wanted"], rank
+        assert rank["bitwise"], rank
+        assert rank["received"] == rank["wanted"], rank
+        assert rank["loss_rel_diff"] <= 1e-5, rank
+        assert rank["grad_norm_rel_diff"] <= 1e-5, rank
+    assert sum(r["wanted"] for r in got["pixels"]) < 2 * 7  # not every sample everywhere
 
 
 def test_offloaded_single_process_optimizer_state_is_refused_by_a_distributed_run(

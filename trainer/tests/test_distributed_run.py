@@ -3,7 +3,8 @@ against two REAL local desktops (Xvfb + episode servers, real evaluators), with
 rollout.maxStaleness 1: the run completes its steps, both ranks' episodes are gathered, rank 0
 alone writes each checkpoint, step 2's rollout overlaps step 1's learning, no sample is older than
 the bound; killed (SIGKILL, launcher and ranks) after step 2, a rerun resumes right after the
-newest checkpoint. Needs `make sandbox-env` (skipped, saying so, without it)."""
+newest checkpoint; the report on rank 0 shows both ranks' screenshots. Needs
+`make sandbox-env` (skipped, saying so, without it)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,13 @@ def test_two_ranks_on_real_desktops_train_resume_and_overlap_rollouts(
     writers = [ln for ln in log1.splitlines() if "checkpoint of step" in ln]
     assert [ln.split("written by rank ")[1][:1] for ln in writers] == ["0"] * len(writers)
     assert len(writers) == len({ln.split(":")[1] for ln in writers})  # once per step
+    # rank 0's report has the screenshots of both ranks' episodes (sent to it alone)
+    shown = {
+        (int(ep["key"].split("-g")[1][:2]) * 2 + int(ep["key"].split("-e")[1])) % 2
+        for ep in map(json.loads, (out / "episodes/step-0001.jsonl").read_text().splitlines())
+        if any(p and (out / p).is_file() for p in ep["screens"])
+    }
+    assert shown == {0, 1}, shown
     ckpt = dict(list_checkpoints(out / "checkpoints"))[2]
     assert json.loads((ckpt / "trainer_state.json").read_text())["extra"]["world_size"] == 2
 

@@ -11,7 +11,11 @@ batch of token-exact samples (Conversations with screenshots, different lengths)
    step 2 bitwise equal to the uninterrupted run's step 2 (weights, loss, RNG state);
 4. a change of world size: the two ranks' checkpoint loaded into a single process, and a single
    process's checkpoint loaded into the two ranks, restore weights and AdamW state bitwise, and
-   the next step matches the run that kept its world size (within the tolerances of 1.).
+   the next step matches the run that kept its world size (within the tolerances of 1.);
+5. pixels only where needed: samples whose pixel values stay on the rank that "played" them
+   (sample i on rank i % world) are delivered (exchange.deliver_pixels) to exactly the ranks
+   whose passes use them, bitwise, and a step over those partial batches equals the
+   single-process step over the whole one.
 Rank 0 prints one JSON line with the figures; the test asserts on them.
 """
 
@@ -33,7 +37,8 @@ from kubecua_trainer.checkpoint import (
 )
 from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.learner import Learner, by_name
+from kubecua_trainer.exchange import Held, deliver_pixels
+from kubecua_trainer.learner import Learner, by_name, passes, trainable
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
 from kubecua_trainer.testing.images import screenshot
@@ -168,6 +173,37 @@ def main(model_dir: str, workdir: str) -> None:
                       weights_max_abs_diff=max_diff(state_of(policy_s), weights2),
                       steps=learner_s.steps)  # fmt: skip
 
+    # 5. Pixels delivered only to the ranks whose passes use them.
+    batch3 = make_samples(ref_policy, 3, n=7)
+    whole = [s.pixel_values for s in batch3 if s.pixel_values is not None]
+    held = Held()
+    for i, s in enumerate(batch3):  # as exchange.strip leaves a step's samples on every rank
+        s.pixels_key = f"{i % d.world}/3/{i}"
+        if i % d.world == d.rank:
+            held.pixels[s.pixels_key] = whole[i]
+        s.pixel_values = None
+    plan = passes(trainable(batch3), d.world)
+    need = [[batch3[i] for i, _ in share] for share in plan]
+    received = deliver_pixels(d, held, need)
+    wanted = {i for i, _ in plan[d.rank]}
+    delivery: dict[str, Any] = {
+        "rank": d.rank,
+        "received": received,
+        "wanted": len(wanted),
+        "only_wanted": all((s.pixel_values is not None) == (i in wanted)
+                           for i, s in enumerate(batch3)),
+        "bitwise": all(torch.equal(batch3[i].pixel_values, whole[i]) for i in wanted),  # type: ignore[arg-type]
+    }  # fmt: skip
+    _, learner_p, _ = sharded(model_dir, d)
+    partial = learner_p.step(batch3)
+    ref_policy3 = load_policy(model_dir, "float32", "cpu")
+    for s, px in zip(batch3, whole, strict=True):
+        s.pixel_values = px
+    full = Learner(ref_policy3, ALGO).step(batch3)
+    delivery["loss_rel_diff"] = rel(partial["loss"], full["loss"])
+    delivery["grad_norm_rel_diff"] = rel(partial["grad_norm"], full["grad_norm"])
+    deliveries = d.gather_to_main(delivery)
+
     checks = d.gather_to_main({"rank": d.rank, "refresh_bitwise": refresh_equal,
                                "rng_restored": rng_restored})  # fmt: skip
     if d.is_main:
@@ -186,6 +222,7 @@ def main(model_dir: str, workdir: str) -> None:
                        "steps": learner_b.steps},
             "world_1_to_2": grown,
             "world_2_to_1": shrunk,
+            "pixels": deliveries,
         }), flush=True)  # fmt: skip
     shutdown(d)
 
