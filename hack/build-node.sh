@@ -2,10 +2,11 @@
 # Builds what a real node needs beside Debian's containerd, runc and CNI plugins (hack/apt/node.txt):
 #   kubelet, kube-proxy   from the same pinned k8s.io/kubernetes module as the control plane
 #                         (wrapper in hack/go/k8s, same version ldflags)
+#   kube-router           its NetworkPolicy controller (wrapper in hack/go/kube-router)
 #   pause                 the pod sandbox image (hack/go/pause), as localhost/kubecua/pause:<version>
 #                         in podman, since registry.k8s.io cannot be reached
-# Binaries land in $KUBECUA_CACHE/bin/kubernetes-node-<version>/ and are linked into $KUBECUA_CACHE/bin;
-# nothing is rebuilt while KUBE_VERSION is unchanged.
+# Binaries land in $KUBECUA_CACHE/bin/kubernetes-node-<version>/ (kube-router-<version>/) and are
+# linked into $KUBECUA_CACHE/bin; nothing is rebuilt while the versions are unchanged.
 # Usage: hack/build-node.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +38,21 @@ else
   rm -rf "$out" && mv "$out.tmp" "$out"
 fi
 for b in kubelet kube-proxy; do ln -sfn "$out/$b" "$bin/$b"; done
+
+# kube-router, for its NetworkPolicy controller only (the bridge CNI enforces no policy); it
+# applies them with iptables and ipset (hack/apt/node.txt).
+router=$bin/kube-router-$KUBE_ROUTER_VERSION
+if [[ -x $router/kube-router ]]; then
+  log "kube-router $KUBE_ROUTER_VERSION cached"
+else
+  log "building kube-router $KUBE_ROUTER_VERSION (a few minutes on 2 cores)"
+  mkdir -p "$router.tmp"
+  (cd "$here/go/kube-router" && go build -trimpath -o "$router.tmp/" -ldflags \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
+  rm -rf "$router" && mv "$router.tmp" "$router"
+fi
+ln -sfn "$router/kube-router" "$bin/kube-router"
 
 # The sandbox image every pod's namespaces live in, from the pause binary alone.
 pause=localhost/kubecua/pause:$KUBE_VERSION

@@ -14,8 +14,9 @@ kubelet and kube-proxy built from the pinned k8s.io/kubernetes; kubecua_testkit.
   chart's ServiceMonitor and PodMonitor, and every query of the training dashboard returns the
   run's series.
 
-NetworkPolicies are created by the operator but not enforced (the bridge CNI does not), so
-this does not test them. The kwok node of this cluster is tainted, so nothing lands there by
+The NetworkPolicies the operator creates are enforced (kube-router's policy controller): a pod
+without the pool's client label is refused by the sandboxes, while the trainer reaches them. The
+kwok node of this cluster is tainted, so nothing lands there by
 accident; every pod is asserted to be on the real node. Timings go to
 $KUBECUA_CACHE/node/journey-figures.json.
 """
@@ -196,6 +197,61 @@ def _ready_addresses(slices) -> set[str]:
         if ep.conditions is None or ep.conditions.ready is not False
         for addr in ep.addresses or []
     }
+
+
+# ---- NetworkPolicies, enforced on the real node by kube-router ---------------------------------
+# A TCP connect from inside a pod: "open", or the error that stopped it.
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
+    print("open")
+except OSError as err:
+    print(f"blocked: {err!r}")
+"""
+
+
+def probe_pod(name: str, ns: str, labels: dict[str, str]) -> dict:
+    """A pod that only waits, from the operator image (it has Python): `kubectl exec` connects
+    from inside it."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"containers": [{"name": "probe", "image": IMAGES[0],
+                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+                 "terminationGracePeriodSeconds": 0},
+    }  # fmt: skip
+
+
+def connect(cluster: Cluster, ns: str, pod: str, ip: str, port: int) -> str:
+    argv = ("exec", "-n", ns, pod, "--", "python", "-c", CONNECT, ip, str(port))
+    return str(cluster.kubectl(*argv, timeout=60).stdout).strip()
+
+
+def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, pool):
+    """The pool's default-deny NetworkPolicy, enforced: a pod with the pool's client label (which
+    the operator gives the trainer) reaches a sandbox's episode server; a pod without it does
+    not, though it reaches the operator, which no policy guards."""
+    core = client.CoreV1Api(cluster.api_client())
+    pods = core.list_namespaced_pod(pool, label_selector=f"kubecua.dev/pool={POOL}").items
+    sandbox = next(p.status.pod_ip for p in pods if ready(p))
+    operator = core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR).items[0].status.pod_ip
+    probes = {"stranger": {"app": "stranger"}, "client": {f"kubecua.dev/client-of-{POOL}": "true"}}
+    for name, labels in probes.items():
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(probe_pod(name, pool, labels)))
+    try:
+        cluster.kubectl("wait", "-n", pool, "--for=condition=Ready", "--timeout=120s",
+                        *(f"pod/{n}" for n in probes), timeout=150)  # fmt: skip
+        # kube-router adds a new pod to the policy's sets on its pod event: allow it that moment.
+        wait_until(
+            lambda: connect(cluster, pool, "client", sandbox, 8000) == "open", 60,
+            "the pool's client to reach a sandbox",
+        )  # fmt: skip
+        assert connect(cluster, pool, "stranger", operator, 8081) == "open"
+        refused = connect(cluster, pool, "stranger", sandbox, 8000)
+        assert refused.startswith("blocked:"), refused
+    finally:
+        cluster.kubectl("delete", "pod", "-n", pool, *probes, "--grace-period=0", check=False)
 
 
 # ---- the TrainingRun: a trainer pod on the real node, suspended and resumed ---------------------

@@ -1,17 +1,19 @@
-"""A real node joined to a local cluster: containerd (runc), the kubelet and kube-proxy.
+"""A real node joined to a local cluster: containerd (runc), the kubelet, kube-proxy and
+kube-router's NetworkPolicy controller.
 
 Pods scheduled here really run: Debian's containerd runs them with runc, Debian's CNI plugins give
 each an IP on the bridge `kubecua0` (10.244.0.0/24, bridge + host-local + portmap + loopback), and
-kube-proxy (iptables mode) makes Services work. kubelet, kube-proxy and the pause image come from
-hack/build-node.sh (the control plane's pinned k8s.io/kubernetes module).
+kube-proxy (iptables mode) makes Services work, kube-router (firewall only) enforces policies.
+kubelet, kube-proxy and the pause image come from hack/build-node.sh (the control plane's pinned
+k8s.io/kubernetes module), kube-router from its pinned Go module.
 
 What it costs the machine while it runs, and what it puts back on stop():
 - processes: containerd, kubelet, kube-proxy (pid files in RUN_DIR) and containerd's shims;
-- iptables: kube-proxy's KUBE-* chains (removed with `kube-proxy --cleanup`) and the CNI plugins'
-  chains (removed by CNI DEL when pods go; stop() deletes every pod on the node first);
+- iptables: kube-proxy's KUBE-* chains (removed with `kube-proxy --cleanup`), kube-router's
+  KUBE-ROUTER-*, KUBE-NWPLCY-* and KUBE-POD-FW-* chains and its ipsets (removed by stop()), and
+  the CNI plugins' chains (removed by CNI DEL when pods go; stop() deletes every pod first);
 - mounts under RUN_DIR (volumes, rootfs, shm), unmounted on stop(); the bridge, deleted;
 - the image store in $KUBECUA_CACHE/node/containerd stays, so images are imported once.
-The bridge plugin does not enforce NetworkPolicies: they are accepted by the API, not applied.
 
 One real node per machine (the iptables rules are global); start() refuses a second one.
 """
@@ -41,6 +43,7 @@ RUN_DIR = Path(os.environ.get("KUBECUA_NODE_RUN_DIR", "/run/kubecua-node"))
 BRIDGE = "kubecua0"
 CNI_NETWORK = "kubecua-node"
 POD_CIDR = "10.244.0.0/24"
+SERVICE_CIDR = "10.0.0.0/24"  # kube-apiserver's default range, as kwokctl starts it
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: kube-apiserver's default range 10.0.0.0/24
 CNI_BIN = Path("/usr/lib/cni")
 KUBE_VERSION = next(
@@ -51,7 +54,9 @@ KUBE_VERSION = next(
     if line.startswith("KUBE_VERSION=")
 )
 PAUSE_IMAGE = f"localhost/kubecua/pause:{KUBE_VERSION}"
-DAEMONS = ("kube-proxy", "kubelet", "containerd")  # stop order
+ROUTER_USER = "system:kube-router"
+DAEMONS = ("kube-router", "kube-proxy", "kubelet", "containerd")  # stop order
+ROUTER_HEALTH = "127.0.0.1:20244"  # kube-router's default health port, bound to loopback here
 # Kernel settings the kubelet changes at start (protectKernelDefaults false): stop() restores them.
 KUBELET_SYSCTLS = (
     "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
@@ -115,8 +120,8 @@ class Paths:
 
 
 def _ensure_tools() -> dict[str, Path]:
-    tools = {n: binary(n) for n in ("kubelet", "kube-proxy")}
-    for name in ("containerd", "ctr", "runc", "conntrack", "iptables", "podman"):
+    tools = {n: binary(n) for n in ("kubelet", "kube-proxy", "kube-router")}
+    for name in ("containerd", "ctr", "runc", "conntrack", "iptables", "ipset", "podman"):
         found = shutil.which(name)
         if not found:
             raise FileNotFoundError(f"{name} is missing: run `make setup-node` (hack/apt/node.txt)")
@@ -169,6 +174,7 @@ class RealNode:
         self._start_kubelet(tools)
         self._wait_node_ready(timeout)
         self._start_kube_proxy(tools)
+        self._start_kube_router(tools)
 
     def stop(self) -> None:
         """Drain the node (CNI DEL for every pod), stop the daemons, undo iptables, mounts and
@@ -180,7 +186,8 @@ class RealNode:
             _stop_daemon(self.p, name)
             if name == "kube-proxy":
                 _cleanup_proxy_rules()
-        _cleanup_kubelet_rules()
+        _cleanup_kubelet_rules()  # kube-router's KUBE-ROUTER-* and KUBE-NWPLCY-* chains too
+        _destroy_router_ipsets()
         _kill_shims(self.p.root / "containerd.sock")
         _unmount_under(self.p.root)
         _delete_leftover_cni()
@@ -308,6 +315,7 @@ state = "{self.p.root / "containerd"}"
         for who, cn, org in (
             ("kubelet", f"system:node:{NAME}", "system:nodes"),
             ("kube-proxy", "system:kube-proxy", ""),
+            ("kube-router", ROUTER_USER, ""),
         ):
             key, crt, csr = (self.p.pki / f"{who}.{ext}" for ext in ("key", "crt", "csr"))
             subj = f"/CN={cn}" + (f"/O={org}" if org else "")
@@ -409,6 +417,68 @@ state = "{self.p.root / "containerd"}"
             return probe.returncode == 0
 
         _wait(healthy, 60, "kube-proxy healthz")
+
+    def _start_kube_router(self, tools: dict[str, Path]) -> None:
+        """kube-router's NetworkPolicy controller alone (no routing, no service proxy: the bridge
+        and kube-proxy do those). It filters pod traffic with iptables and ipset in the FORWARD
+        chain, which bridged pod-to-pod packets cross (bridge-nf-call-iptables); traffic from the
+        node itself (probes, the host's Prometheus) stays allowed, as kube-router means it to."""
+        self._grant_router()
+        argv = [
+            tools["kube-router"], "--run-firewall=true", "--run-router=false",
+            "--run-service-proxy=false", "--kubeconfig", self.p.root / "kube-router.kubeconfig",
+            "--hostname-override", NAME, "--service-cluster-ip-range", SERVICE_CIDR,
+            "--health-port", ROUTER_HEALTH.rsplit(":", 1)[1], "--iptables-sync-period", "1m",
+        ]  # fmt: skip
+        _start_daemon(self.p, "kube-router", argv)
+
+        def enforcing() -> bool:
+            """Healthy, and its policy chain hooked into FORWARD: the controller starts only
+            once every informer has synced (a missing grant would stop it there, silently)."""
+            _check_alive(self.p, "kube-router")
+            health = subprocess.run(["curl", "-sf", f"http://{ROUTER_HEALTH}/healthz"],
+                                    capture_output=True, check=False)  # fmt: skip
+            forward = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True,
+                                     text=True, check=False).stdout  # fmt: skip
+            return health.returncode == 0 and "-j KUBE-ROUTER-FORWARD" in forward
+
+        _wait(enforcing, 60, "kube-router's policy controller")
+
+    def _grant_router(self) -> None:
+        """What kube-router reads (its informers must all sync before the policy controller
+        starts, services and endpoints included), and nothing more: least privilege."""
+        rbac = client.RbacAuthorizationV1Api(
+            config.new_client_from_config(config_file=str(self.kubeconfig))
+        )
+        role = {
+            "metadata": {"name": ROUTER_USER},
+            "rules": [
+                {"apiGroups": [""],
+                 "resources": ["pods", "namespaces", "nodes", "services", "endpoints"],
+                 "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                 "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["get", "list", "watch"]},
+            ],
+        }  # fmt: skip
+        binding = {
+            "metadata": {"name": ROUTER_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": ROUTER_USER},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": ROUTER_USER}],
+        }  # fmt: skip
+        for create, replace, body in (
+            (rbac.create_cluster_role, rbac.replace_cluster_role, role),
+            (rbac.create_cluster_role_binding, rbac.replace_cluster_role_binding, binding),
+        ):
+            try:
+                create(body)
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+                replace(ROUTER_USER, body)  # a reused cluster: bring it up to date
 
     def _drain(self) -> None:
         """Delete every pod bound to this node and wait for the kubelet to tear them down (so the
@@ -534,6 +604,19 @@ def _cleanup_kubelet_rules() -> None:
                 subprocess.run([tool, "-t", table, "-F", chain], capture_output=True)
             for chain in chains:
                 subprocess.run([tool, "-t", table, "-X", chain], capture_output=True)
+
+
+def _destroy_router_ipsets() -> None:
+    """kube-router's ipsets (pods and namespaces a policy selects), once no rule uses them. Its
+    own --cleanup-config is not used: in v2.1.0 it leaves the chains and then crashes in the
+    service proxy's clean-up, which never ran here."""
+    if not shutil.which("ipset"):
+        return
+    names = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True,
+                           check=False).stdout.split()  # fmt: skip
+    for name in names:
+        if name.startswith(("KUBE-", "kube-router")):
+            subprocess.run(["ipset", "destroy", name], capture_output=True, check=False)
 
 
 def _kill_shims(sock: Path) -> None:
