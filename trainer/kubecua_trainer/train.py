@@ -110,13 +110,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner]:
-    """One process: the engine generates with the learner's own module."""
+def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner, Policy | None]:
+    """One process: (policy, learner, the engine's own copy or None). The embedded engine
+    generates with the learner's module, except when rollouts overlap learning
+    (rollout.maxStaleness > 0): it then gets a full copy of the weights (bf16 on a GPU),
+    refreshed after each update, so generation does not wait for the update to finish."""
     policy = load_policy(
         spec.model.path, spec.model.dtype, None, spec.trainer.gradient_checkpointing
     )
     reference = _reference(spec, policy)
-    return policy, Learner(policy, spec.algorithm, reference, optimizer=speed_up(policy, spec))
+    overlap = spec.rollout.max_staleness > 0 and spec.rollout.engine == "hf"
+    gen = generation_copy(policy) if overlap else None
+    optimizer = speed_up(policy, spec)
+    return policy, Learner(policy, spec.algorithm, reference, optimizer=optimizer), gen
 
 
 def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learner, Policy]:
@@ -315,10 +321,11 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     result = RunResult(out_dir)
     seed_everything(spec.seed + d.rank)  # ranks sample differently; rank 0 as a single process
     tasks = load_tasks(spec.tasks, run.namespace)
+    gen: Policy | None
     if d.enabled:
         policy, learner, gen = build_sharded_learner(spec, d)
     else:
-        (policy, learner), gen = build_learner(spec), None
+        policy, learner, gen = build_learner(spec)
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
     saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d)
@@ -461,7 +468,7 @@ async def _learn_step(
     learn = await _learn(lp.saver.learner, batch)
     learn_ended = time.time()
     refresh: dict[str, float] = {}
-    if d.enabled and lp.gen is not lp.saver.policy:
+    if lp.gen is not lp.saver.policy:  # the engine's own copy (always, under torchrun)
         seconds = await asyncio.to_thread(refresh_weights, lp.saver.policy.model, lp.gen, step)
         refresh["weight_refresh_seconds"] = seconds
     else:

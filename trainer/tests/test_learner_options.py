@@ -1,6 +1,7 @@
 """The spec's learner levers (model.freezeVision, trainer.optimizerOffload) act on a real
 tiny model: a frozen vision encoder keeps its weights through a step while the language model
-moves, and the offloaded optimizer keeps its fp32 master state in host memory."""
+moves, and the offloaded optimizer keeps its fp32 master state in host memory; overlapping
+rollouts generate from their own copy of the weights."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from test_learner import make_sample
 
 from kubecua_trainer.config import TrainingRunSpec
 from kubecua_trainer.perf.optimizer import MasterAdamW
+from kubecua_trainer.sharded import refresh_weights
 from kubecua_trainer.train import build_learner
 
 
@@ -21,13 +23,14 @@ def spec(model_dir: Path, **extra: dict) -> TrainingRunSpec:
         "tasks": {"path": "."},
         "algorithm": {"learningRate": 1e-3},
         "trainer": {"gradientCheckpointing": False, **extra.get("trainer", {})},
+        "rollout": extra.get("rollout", {}),
         "steps": 1,
     }
     return TrainingRunSpec.model_validate(raw)
 
 
 def test_frozen_vision_keeps_its_weights_while_the_language_model_learns(tiny_model_dir):
-    policy, learner = build_learner(
+    policy, learner, _ = build_learner(
         spec(tiny_model_dir, model={"freezeVision": True}, trainer={"optimizerOffload": True})
     )
     assert isinstance(learner.optimizer, MasterAdamW)
@@ -44,8 +47,24 @@ def test_frozen_vision_keeps_its_weights_while_the_language_model_learns(tiny_mo
 
 
 def test_default_spec_keeps_plain_adamw(tiny_model_dir):
-    _, learner = build_learner(spec(tiny_model_dir))
+    _, learner, gen = build_learner(spec(tiny_model_dir))
     assert type(learner.optimizer) is torch.optim.AdamW
+    assert gen is None  # synchronous rollouts generate with the learner's own module
+
+
+def test_overlapping_rollouts_generate_from_a_copy_refreshed_after_each_update(tiny_model_dir):
+    """maxStaleness > 0 in one process: the engine's copy is not the learner's module (so a
+    generation need not wait for an update), and a refresh makes it bitwise the learner's."""
+    policy, learner, gen = build_learner(spec(tiny_model_dir, rollout={"maxStaleness": 1}))
+    assert gen is not None
+    assert gen.model is not policy.model
+    learner.step([make_sample(policy, 1, 1.0), make_sample(policy, 2, -1.0)])
+    head = policy.model.lm_head.weight  # type: ignore[union-attr]
+    assert not torch.equal(gen.model.lm_head.weight, head)  # type: ignore[union-attr]
+    refresh_weights(policy.model, gen, 1)
+    learned = dict(policy.model.named_parameters())
+    assert all(torch.equal(p, learned[n]) for n, p in gen.model.named_parameters())
+    assert gen.version == 1
 
 
 def _tensors(obj):

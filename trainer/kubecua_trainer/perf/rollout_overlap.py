@@ -8,8 +8,9 @@ each the fraction of wall time the desktops were held by an episode:
     sum over episodes of sandbox_seconds / (wall seconds x desktops),
 wall measured from the first rollout's start to the last update's end (the run's history).
 Needs `make sandbox-env`. Run: `make bench-trainer-rollouts` (prints one JSON line).
-What it leaves out: the distributed loop (its rollouts overlap generation too, not only the
-desktop side, since each rank generates from its own copy of the weights).
+With staleness 1 the embedded engine generates from its own copy of the weights (refreshed after
+each update), so generation runs beside the update too. What it leaves out: the distributed
+loop, and a GPU learner (here an update is short beside an episode, which bounds the gain).
 """
 
 from __future__ import annotations
