@@ -67,11 +67,12 @@ def load_run(args: argparse.Namespace) -> TrainingRun:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     # A SIGTERM before the run listens for it (torch's import, the model's load) is kept for the
     # run to see, not left to kill the process: it then stops before its first step and exits 0.
     early: list[int] = []
-    signal.signal(signal.SIGTERM, lambda sig, _frame: early.append(sig))
-    args = parser().parse_args(argv)
+    if args.command == "run":
+        signal.signal(signal.SIGTERM, lambda sig, _frame: early.append(sig))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the bar
     try:
