@@ -1,12 +1,13 @@
 # Episode server (:8000) of a sandbox, the local sandbox launcher, the offline task suite and the
 # sandbox benchmark. `make sandbox-env` prepares everything a local sandbox needs on a fresh
-# machine: apt packages, both venvs, and OSWorld's chrome link (desktop-host).
+# machine: apt packages, both venvs, OSWorld's chrome link (desktop-host) and, as root, the
+# unprivileged account its desktop runs as (desktop-account).
 $(eval $(call python-project,episode,sandbox-image/episode-server))
 TEST_TARGETS += test-episode
 EPISODE_PY := sandbox-image/episode-server/.venv/bin/python
 
 .PHONY: sandbox-env test-episode test-sandbox-image bench-sandbox
-sandbox-env: setup-apt desktop-env episode-env desktop-host ## apt packages, desktop and episode venvs, chrome link: local sandboxes
+sandbox-env: setup-apt desktop-env episode-env desktop-host desktop-account ## apt packages, desktop and episode venvs, chrome link, desktop account: local sandboxes
 
 test-episode: sandbox-env ## episode server, task suite (reference/no-op/wrong) and launcher on real Xvfb desktops
 	cd sandbox-image/episode-server && .venv/bin/pytest -q -m "not image"

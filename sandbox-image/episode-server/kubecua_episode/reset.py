@@ -160,13 +160,19 @@ def _snapshot(root: Path) -> dict[str, tuple[int, bool]]:
 
 def restore_home(home: Path, pristine: Path) -> None:
     """Make `home` a copy of `pristine`, keeping the home directory inode (processes that hold
-    it as cwd, such as the desktop server, keep working)."""
+    it as cwd, such as the desktop server, keep working). The copies belong to the home's owner
+    (a root episode server restores the home of a local sandbox's unprivileged desktop user)."""
     for entry in home.iterdir():
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
     shutil.copytree(pristine, home, symlinks=True, dirs_exist_ok=True)
+    owner = home.stat()
+    if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, os.getegid()):
+        for dirpath, dirnames, filenames in os.walk(home):
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), owner.st_uid, owner.st_gid)
 
 
 def remove_new_entries(directory: Path, keep: set[str]) -> None:

@@ -87,7 +87,10 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
     try:
         wait_ready(url, proc, work, 120)
         desktop_url = f"http://127.0.0.1:{desktop_port}"
-        yield LocalSandbox(url, TOKEN, work / "home", display, proc, work, desktop_url, cdp_port)
+        # Run as root, the launcher keeps the home where the desktop account reaches it and
+        # links it as work/home: paths handed to the desktop must be the real ones.
+        home = (work / "home").resolve()
+        yield LocalSandbox(url, TOKEN, home, display, proc, work, desktop_url, cdp_port)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

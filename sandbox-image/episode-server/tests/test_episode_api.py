@@ -8,7 +8,6 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -122,11 +121,11 @@ def test_done_waits_for_an_app_still_writing_before_evaluation(http: httpx.Clien
 
 
 def test_release_kills_what_an_action_forked_and_keeps_the_warm_executor(
-    http: httpx.Client, tmp_path: Path
+    http: httpx.Client, sandbox: LocalSandbox
 ) -> None:
     """Actions run forked from the desktop server's warm python; a process an action forks off
     looks like that executor, and must die with the episode all the same."""
-    pidfile = tmp_path / "orphan.pid"
+    pidfile = sandbox.home / "orphan.pid"  # where the desktop's user may write; reset removes it
     eid = _start(http, {**WRITE_TASK, "config": []})
     orphan = (
         "import os, time\n"
