@@ -55,16 +55,24 @@ task(
     [typed("mkdir -p demo/src"), typed("cd demo"), typed("echo '# Demo' > README.md")],
     apps=["terminal"],
 )  # fmt: skip
-# ctrl+shift+s, then wait for gedit's Save As dialog (a second window of the app): a scripted
-# solution cannot look at the screen, and the settle may end before the dialog starts drawing.
+# ctrl+shift+s, then wait (up to 30 s) until gedit's Save As dialog has the keyboard focus: a
+# scripted solution cannot look at the screen, and the settle may end before the dialog is up.
 SAVE_AS = gui(
     "import subprocess\n"
-    "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
-    "before = n(); pyautogui.hotkey('ctrl', 'shift', 's')\n"
-    "for _ in range(100):\n"
-    "    if n() > before: break\n"
+    "def active(): return subprocess.run(['xdotool', 'getactivewindow', 'getwindowname'], capture_output=True, text=True).stdout.strip()\n"
+    "pyautogui.hotkey('ctrl', 'shift', 's')\n"
+    "for _ in range(300):\n"
+    "    if active() == 'Save As': break\n"
     "    time.sleep(0.1)\n"
     "time.sleep(0.3)"
+)
+# Enter in the dialog, then wait (up to 30 s) for the editor's title to name the saved file.
+SAVED_AS = gui(
+    "import subprocess\n"
+    "pyautogui.press('enter')\n"
+    "for _ in range(300):\n"
+    "    if 'list-final.txt' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
+    "    time.sleep(0.1)"
 )
 task(
     "editor", "gedit-shopping-list",
@@ -80,7 +88,7 @@ task(
         gui("pyautogui.write('bread', interval=0.02)"),
         SAVE_AS,
         gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
-        gui("pyautogui.press('enter')"),
+        SAVED_AS,
     ],
     [
         gui("pyautogui.hotkey('ctrl', 'end')"),
@@ -88,7 +96,7 @@ task(
         gui("pyautogui.write('eggs', interval=0.02)"),
         SAVE_AS,
         gui("pyautogui.hotkey('ctrl', 'a'); pyautogui.write('list-final.txt', interval=0.02)"),
-        gui("pyautogui.press('enter')"),
+        SAVED_AS,
     ],
     apps=["gedit"],
 )  # fmt: skip

@@ -378,6 +378,17 @@ task(
     [py("import subprocess; subprocess.run(['mkdir', '-p', str(HOME/'logs'/'2023')], check=True)")],
 )
 # ---- text editor (gedit), typed and saved through the GUI -----------------------------------
+def saved(tid: str) -> dict:
+    """Ctrl+S, then wait (up to 30 s) until gedit's title drops the '*' of unsaved changes."""
+    return gui(
+        "import subprocess\n"
+        "pyautogui.hotkey('ctrl', 's')\n"
+        "for _ in range(300):\n"
+        f"    if ' {tid}.txt (' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
+        "    time.sleep(0.1)"
+    )
+
+
 for _i, (tid, text) in enumerate(
     [
         ("gedit-todo", "buy milk"),
@@ -401,11 +412,8 @@ for _i, (tid, text) in enumerate(
             },
         ],
         check(f"cat {H}/{tid}.txt", [text]),
-        [gui(f"pyautogui.write({text!r}, interval=0.01)"), gui("pyautogui.hotkey('ctrl', 's')")],
-        [
-            gui(f"pyautogui.write({text[:-2]!r}, interval=0.01)"),
-            gui("pyautogui.hotkey('ctrl', 's')"),
-        ],
+        [gui(f"pyautogui.write({text!r}, interval=0.01)"), saved(tid)],
+        [gui(f"pyautogui.write({text[:-2]!r}, interval=0.01)"), saved(tid)],
         apps=["gedit"],
     )
 

@@ -61,18 +61,28 @@ def open_in_office(path: str, title: str) -> list[dict]:
     ]
 
 
-# Save in the file's own format: ctrl+s, then wait for LibreOffice's "Keep current format"
-# dialog (a second window of the app; up to 30 s, the first save of a session loads the export
-# filters) and press Enter on its default button.
-SAVE_KEEP_FORMAT = gui(
-    "import subprocess\n"
-    "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
-    "before = n(); pyautogui.hotkey('ctrl', 's')\n"
-    "for _ in range(300):\n"
-    "    if n() > before: break\n"
-    "    time.sleep(0.1)\n"
-    "time.sleep(0.3); pyautogui.press('enter')"
-)
+# Save in the file's own format: ctrl+s, wait (up to 30 s: the first save of a session loads the
+# export filters) for LibreOffice's "Keep current format" dialog (a second window of the app),
+# press Enter on its default button, then wait until the file on disk has changed, as a careful
+# agent checks before saying DONE (the save is asynchronous; the evaluation reads it at once).
+def save_keep_format(name: str) -> dict:
+    return gui(
+        "import pathlib, subprocess\n"
+        f"doc = pathlib.Path.home() / {name!r}\n"
+        "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
+        "def stamp(): return doc.stat().st_mtime_ns if doc.exists() else 0\n"
+        "before, old = n(), stamp(); pyautogui.hotkey('ctrl', 's')\n"
+        "for _ in range(300):\n"
+        "    if n() > before: break\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(0.3); pyautogui.press('enter')\n"
+        "for _ in range(300):\n"
+        "    if stamp() != old: break\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(0.5)"
+    )
+
+
 BUDGET = [("item", "cost"), ("rent", 30), ("food", 20)]
 
 
@@ -94,7 +104,7 @@ def calc_task(tid: str, instruction: str, cells: dict[str, object], ref: list, w
     task(
         "libreoffice", tid, instruction,
         [write_bytes(f"{H}/budget.xlsx", xlsx(BUDGET))] + open_in_office(f"{H}/budget.xlsx", "budget.xlsx"),
-        cell_rules(cells), ref + [SAVE_KEEP_FORMAT], wrong + [SAVE_KEEP_FORMAT], apps=["libreoffice_calc"],
+        cell_rules(cells), ref + [save_keep_format("budget.xlsx")], wrong + [save_keep_format("budget.xlsx")], apps=["libreoffice_calc"],
     )  # fmt: skip
 
 
@@ -151,12 +161,12 @@ task(
     [
         gui("pyautogui.hotkey('ctrl', 'end')"),
         gui("pyautogui.press('enter'); pyautogui.write('Kind regards', interval=0.01)"),
-        SAVE_KEEP_FORMAT,
+        save_keep_format("letter.docx"),
     ],
     [
         gui("pyautogui.hotkey('ctrl', 'end')"),
         gui("pyautogui.press('enter'); pyautogui.write('Kind', interval=0.01)"),
-        SAVE_KEEP_FORMAT,
+        save_keep_format("letter.docx"),
     ],
     apps=["libreoffice_writer"],
 )
