@@ -9,7 +9,10 @@ counts as a failed pod. Here torch's agent is told not to handle SIGTERM (its
 (a process group of its own), and the agent keeps monitoring them. The workers checkpoint the last
 completed step and exit 0, the agent sees every worker succeed and exits 0, and the pod's whole
 termination grace period is theirs. A worker that fails still fails the agent as before.
-SIGINT, SIGHUP and SIGQUIT keep torchrun's own handling.
+SIGINT, SIGHUP and SIGQUIT keep torchrun's own handling. Limit: while the agent waits in the
+rendezvous (for the other pods) its C++ wait does not return to Python, so a SIGTERM then is
+handled only when the rendezvous ends; a pod stopped in that wait is killed at the end of its
+grace period, having run no step.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def children(pid: int) -> list[int]:
 
 def forward_sigterm(signum: int, frame: FrameType | None) -> None:
     workers = children(os.getpid())
-    if not workers:  # still in the rendezvous: no step was run here, nothing to save
+    if not workers:  # no worker started yet: no step was run here, nothing to save
         raise SystemExit(0)
     for pid in workers:
         try:
