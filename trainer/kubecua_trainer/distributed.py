@@ -1,8 +1,8 @@
 """One TrainingRun over several processes (torchrun): who does what, and the collectives.
 
 Under torchrun (WORLD_SIZE > 1) every rank plays its share of a step's episodes, all ranks then
-hold the whole step (all_gather of the episodes), build the same batch, and train it as one FSDP2
-job (sharded.py). Rank 0 alone writes checkpoints, patches the status, writes the report; the first
+hold the whole step without its images (exchange.py: pixels go only where they are trained),
+build the same batch, and train it as one FSDP2 job (sharded.py). Rank 0 alone writes checkpoints, patches the status, writes the report; the first
 process of each pod (LOCAL_RANK 0) serves that pod's metrics endpoint. A single process
 (no WORLD_SIZE, or 1) is the `Dist()` default: every helper here is then a no-op.
 
