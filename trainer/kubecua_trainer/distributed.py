@@ -2,12 +2,13 @@
 
 Under torchrun (WORLD_SIZE > 1) every rank plays its share of a step's episodes, all ranks then
 hold the whole step without its images (exchange.py: pixels go only where they are trained),
-build the same batch, and train it as one FSDP2 job (sharded.py). Rank 0 alone writes checkpoints, patches the status, writes the report; the first
-process of each pod (LOCAL_RANK 0) serves that pod's metrics endpoint. A single process
-(no WORLD_SIZE, or 1) is the `Dist()` default: every helper here is then a no-op.
+build the same batch, and train it as one FSDP2 job (sharded.py). Rank 0 alone writes
+checkpoints, patches the status, writes the report; the first process of each pod (LOCAL_RANK 0)
+serves that pod's metrics endpoint. A single process (no WORLD_SIZE, or 1) is the `Dist()`
+default: every helper here is then a no-op.
 
 Collectives are only ever issued from the training loop, in the same order on every rank
-(gather the rollout, learn, refresh weights, checkpoint), never from rollout tasks that may run
+(exchange the rollout, learn, refresh weights, checkpoint), never from rollout tasks that may run
 concurrently with learning, so they cannot interleave differently on different ranks.
 """
 
