@@ -265,9 +265,10 @@ state = "{self.p.root / "containerd"}"
                 continue
             started = time.monotonic()
             if ref in listed:
-                # Drop the older version first: re-importing under the same name leaves its
-                # layers and snapshots behind (27 GB after a day of rebuilds filled the disk).
-                self._ctr("images", "rm", "--sync", ref, check=False)
+                # Untag the older version first (its id alias keeps the layers it shares with the
+                # new one until _prune_aliases below): re-importing under the same name left
+                # every old version behind (27 GB after a day of rebuilds filled the disk).
+                self._ctr("images", "rm", ref, check=False)
             sock = self.p.root / "containerd.sock"
             pipeline = (
                 f"podman save --format docker-archive {ref} | "
@@ -296,13 +297,14 @@ state = "{self.p.root / "containerd"}"
     def _prune_aliases(self) -> None:
         """The CRI names each image also by its id (`sha256:<id>`); that alias outlives the tag's
         removal and kept every replaced version's layers (5 GB per trainer rebuild). Remove the
-        aliases whose image no tag points at any more; --sync waits for the garbage collection."""
+        aliases whose image no tag points at any more. containerd collects their layers in the
+        background: waiting for it (--sync) took over a minute for three images under load."""
         rows = [line.split() for line in self._ctr("images", "ls").stdout.splitlines()[1:]]
         tagged = {r[2] for r in rows if len(r) > 2 and not r[0].startswith("sha256:")}
         stale = [r[0] for r in rows if len(r) > 2 and r[0].startswith("sha256:")
                  and r[2] not in tagged]  # fmt: skip
         if stale:
-            self._ctr("images", "rm", "--sync", *stale, check=False)
+            self._ctr("images", "rm", *stale, check=False)
 
     # ---- credentials ------------------------------------------------------------------------
     def _server(self) -> str:
