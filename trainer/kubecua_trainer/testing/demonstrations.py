@@ -9,12 +9,14 @@ Screenshots are synthetic desktop-like images (no desktop needed to build the de
 warm start shows many different ones so the tiny model learns to ignore them. They imitate the
 local desktops (a gradient wallpaper, a few windows): a tiny model trained only on, say, random
 rectangles acted on the real desktops as if it saw another task.
-Only solutions in the agent's action space are usable (pyautogui calls, DONE/FAIL/WAIT); the
-file tasks' solutions assign variables (`HOME = ...`), which the agent may not, and are refused.
+Only solutions in the agent's action space are usable (pyautogui calls, DONE/FAIL/WAIT) once the
+reference scripts' waits are left out (agent_step); the file tasks' solutions assign variables
+(`HOME = ...`), which the agent may not, and are refused.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 from dataclasses import dataclass
@@ -55,7 +57,8 @@ def load_demos(tasks_dir: Path, ids: list[str]) -> list[Demo]:
         task = json.loads(found[tid].read_text())
         solutions = json.loads(found[f"{tid}.solutions"].read_text())
         replies = {
-            k: [reply_text(s["action"]) for s in solutions[k]] for k in ("reference", "wrong")
+            k: [reply_text(agent_step(s["action"])) for s in solutions[k]]
+            for k in ("reference", "wrong")
         }
         for kind, texts in replies.items():
             for text in texts:
@@ -67,6 +70,32 @@ def load_demos(tasks_dir: Path, ids: list[str]) -> list[Demo]:
                     ) from None
         demos.append(Demo(tid, str(task["instruction"]), replies["reference"], replies["wrong"]))
     return demos
+
+
+def agent_step(wire: str) -> str:
+    r"""A solution step as the agent sends it: without the waits a reference script adds for the
+    desktop (imports, `time.sleep`, loops that poll and act on nothing), since an agent waits by
+    taking another turn. Anything else stays, and parse_action refuses what is not an action.
+
+    >>> agent_step("import time\npyautogui.press('f5')\nwhile busy():\n    time.sleep(1)")
+    "pyautogui.press('f5')"
+    """
+    try:
+        tree = ast.parse(wire)
+    except SyntaxError:
+        return wire
+    kept = [stmt for stmt in tree.body if not _is_wait(stmt)]
+    return "\n".join(ast.unparse(stmt) for stmt in kept) if kept != tree.body else wire
+
+
+def _is_wait(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return True
+    if isinstance(stmt, ast.For | ast.While):  # a poll, unless it acts on the desktop
+        calls = [ast.unparse(n.func) for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+        return not any(c.startswith("pyautogui.") for c in calls)
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return isinstance(call, ast.Call) and ast.unparse(call.func) == "time.sleep"
 
 
 def synthetic_screen(rng: random.Random, size: tuple[int, int]) -> Image.Image:
