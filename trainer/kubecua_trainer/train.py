@@ -394,6 +394,7 @@ async def _loop(first_step: int, lp: Loop) -> None:
                     last = saver.save(step - 1)
                     if lp.dist.is_main and stats:
                         _publish_status(step - 1, spec, stats, last, lp.patcher)
+                stop.requested.set()  # agreed by the ranks: a stop here too, whoever saw it
                 return
             stop.finishing = True  # the rollout is paid for: a stop now waits for the update
             for ahead in range(step + 1, step + spec.rollout.max_staleness + 1):
@@ -413,6 +414,7 @@ async def _loop(first_step: int, lp: Loop) -> None:
             if lp.opts.on_step is not None:
                 lp.opts.on_step(step, stats)
             if stopping:
+                stop.requested.set()  # agreed by the ranks: a stop here too, whoever saw it
                 return
     finally:
         for task in inflight.values():
