@@ -62,18 +62,20 @@ def open_in_office(path: str, title: str) -> list[dict]:
 
 
 # Save in the file's own format: ctrl+s, wait (up to 30 s: the first save of a session loads the
-# export filters) for LibreOffice's "Keep current format" dialog (a second window of the app),
-# press Enter on its default button, then wait until the file on disk has changed, as a careful
-# agent checks before saying DONE (the save is asynchronous; the evaluation reads it at once).
+# export filters) until LibreOffice's "Keep current format" dialog (a second window of the app)
+# has the focus, press Enter on its default button, then wait until the file on disk has
+# changed, as a careful agent checks before saying DONE (the save is asynchronous; the
+# evaluation reads it at once).
 def save_keep_format(name: str) -> dict:
     return gui(
         "import pathlib, subprocess\n"
         f"doc = pathlib.Path.home() / {name!r}\n"
         "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
+        "def active(): return subprocess.run(['xdotool', 'getactivewindow', 'getwindowname'], capture_output=True, text=True).stdout\n"
         "def stamp(): return doc.stat().st_mtime_ns if doc.exists() else 0\n"
         "before, old = n(), stamp(); pyautogui.hotkey('ctrl', 's')\n"
         "for _ in range(300):\n"
-        "    if n() > before: break\n"
+        f"    if n() > before and {name!r} not in active(): break\n"
         "    time.sleep(0.1)\n"
         "time.sleep(0.3); pyautogui.press('enter')\n"
         "for _ in range(300):\n"
