@@ -7,7 +7,7 @@ URLs are built from the desktop user's home at run time (tasks say /home/user)."
 
 from __future__ import annotations
 
-from taskkit import H, gui, task, wait_drawn, wait_until, wait_window, write
+from taskkit import WINDOWS, H, gui, poll, task, wait_drawn, wait_until, wait_window, write
 
 WEB = f"{H}/web"
 PAGES = {
@@ -91,12 +91,7 @@ def title_of(page: str) -> str:
 def until_shown(page: str) -> str:
     """Code that waits (up to 30 s) until the browser window shows the page's title, as a
     careful agent looks before it says DONE: the evaluation reads the tabs at once."""
-    return (
-        "\nimport subprocess, time\n"
-        "for _ in range(300):\n"
-        f"    if ' {title_of(page)} - ' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
-        "    time.sleep(0.1)"
-    )
+    return "\nimport subprocess, time\n" + poll(f"' {title_of(page)} - ' in {WINDOWS}")
 
 
 def go_to(page: str, new_tab: bool = False) -> dict:

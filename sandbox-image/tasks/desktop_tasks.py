@@ -5,7 +5,20 @@ several-step edit in the text editor. Reference solutions only type and press ke
 
 from __future__ import annotations
 
-from taskkit import H, check, gui, launch, task, wait_drawn, wait_until, wait_window, write
+from taskkit import (
+    ACTIVE,
+    WINDOWS,
+    H,
+    check,
+    gui,
+    launch,
+    poll,
+    task,
+    wait_drawn,
+    wait_until,
+    wait_window,
+    write,
+)
 
 
 def terminal_setup() -> list[dict]:
@@ -58,22 +71,11 @@ task(
 # ctrl+shift+s, then wait (up to 30 s) until gedit's Save As dialog has the keyboard focus: a
 # scripted solution cannot look at the screen, and the settle may end before the dialog is up.
 SAVE_AS = gui(
-    "import subprocess\n"
-    "def active(): return subprocess.run(['xdotool', 'getactivewindow', 'getwindowname'], capture_output=True, text=True).stdout.strip()\n"
-    "pyautogui.hotkey('ctrl', 'shift', 's')\n"
-    "for _ in range(300):\n"
-    "    if active() == 'Save As': break\n"
-    "    time.sleep(0.1)\n"
-    "time.sleep(0.3)"
+    f"import subprocess\ndef active(): return {ACTIVE}.strip()\n"
+    "pyautogui.hotkey('ctrl', 'shift', 's')\n" + poll("active() == 'Save As'") + "\ntime.sleep(0.3)"
 )
 # Enter in the dialog, then wait (up to 30 s) for the editor's title to name the saved file.
-SAVED_AS = gui(
-    "import subprocess\n"
-    "pyautogui.press('enter')\n"
-    "for _ in range(300):\n"
-    "    if 'list-final.txt' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
-    "    time.sleep(0.1)"
-)
+SAVED_AS = gui("import subprocess\npyautogui.press('enter')\n" + poll(f"'list-final.txt' in {WINDOWS}"))
 task(
     "editor", "gedit-shopping-list",
     "The text editor has list.txt open with two items. Add the items eggs and bread on their own lines at the end, then save it as list-final.txt in your home folder.",

@@ -20,10 +20,12 @@ from __future__ import annotations
 from taskkit import (
     FAIL,
     TASKS,
+    WINDOWS,
     H,
     check,
     gui,
     ok_if,
+    poll,
     py,
     sh,
     task,
@@ -380,13 +382,7 @@ task(
 # ---- text editor (gedit), typed and saved through the GUI -----------------------------------
 def saved(tid: str) -> dict:
     """Ctrl+S, then wait (up to 30 s) until gedit's title drops the '*' of unsaved changes."""
-    return gui(
-        "import subprocess\n"
-        "pyautogui.hotkey('ctrl', 's')\n"
-        "for _ in range(300):\n"
-        f"    if ' {tid}.txt (' in subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout: break\n"
-        "    time.sleep(0.1)"
-    )
+    return gui("import subprocess\npyautogui.hotkey('ctrl', 's')\n" + poll(f"' {tid}.txt (' in {WINDOWS}"))
 
 
 for _i, (tid, text) in enumerate(

@@ -12,7 +12,7 @@ import zipfile
 
 import docx
 import openpyxl
-from taskkit import H, gui, task, wait_drawn, wait_window, write_bytes
+from taskkit import ACTIVE, WINDOWS, H, gui, poll, task, wait_drawn, wait_window, write_bytes
 
 FIXED_TIME = (2026, 1, 1, 0, 0, 0)
 CORE_STAMP = re.compile(rb"(<dcterms:(?:created|modified)[^>]*>)[^<]*(</dcterms:)")
@@ -70,18 +70,14 @@ def save_keep_format(name: str) -> dict:
     return gui(
         "import pathlib, subprocess\n"
         f"doc = pathlib.Path.home() / {name!r}\n"
-        "def n(): return len(subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout.splitlines())\n"
-        "def active(): return subprocess.run(['xdotool', 'getactivewindow', 'getwindowname'], capture_output=True, text=True).stdout\n"
+        f"def n(): return len({WINDOWS}.splitlines())\n"
+        f"def active(): return {ACTIVE}\n"
         "def stamp(): return doc.stat().st_mtime_ns if doc.exists() else 0\n"
         "before, old = n(), stamp(); pyautogui.hotkey('ctrl', 's')\n"
-        "for _ in range(300):\n"
-        f"    if n() > before and {name!r} not in active(): break\n"
-        "    time.sleep(0.1)\n"
-        "time.sleep(0.3); pyautogui.press('enter')\n"
-        "for _ in range(300):\n"
-        "    if stamp() != old: break\n"
-        "    time.sleep(0.1)\n"
-        "time.sleep(0.5)"
+        + poll(f"n() > before and {name!r} not in active()")
+        + "\ntime.sleep(0.3); pyautogui.press('enter')\n"
+        + poll("stamp() != old")
+        + "\ntime.sleep(0.5)"
     )
 
 

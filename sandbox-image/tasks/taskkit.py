@@ -90,6 +90,16 @@ def wait_until(test: str, what: str, seconds: int = 60) -> dict:
     return {"type": "execute", "parameters": {"command": loop, "shell": True}}
 
 
+# For reference solutions (python run on the desktop): the windows' titles, one per line, and a
+# loop that polls a condition every 0.1 s for up to 30 s, as a careful agent looks before it acts.
+WINDOWS = "subprocess.run(['wmctrl', '-l'], capture_output=True, text=True).stdout"
+ACTIVE = "subprocess.run(['xdotool', 'getactivewindow', 'getwindowname'], capture_output=True, text=True).stdout"
+
+
+def poll(condition: str) -> str:
+    return f"for _ in range(300):\n    if {condition}: break\n    time.sleep(0.1)"
+
+
 def wait_window(title: str) -> dict:
     return wait_until(f"wmctrl -l | grep -qF {title!r}", f"window {title}")
 
