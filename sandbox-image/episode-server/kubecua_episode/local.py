@@ -34,6 +34,8 @@ from typing import IO
 
 import requests
 
+from kubecua_episode.reset import chown_below
+
 REPO_SANDBOX = Path(__file__).resolve().parents[2]
 DEFAULT_DESKTOP_PYTHON = REPO_SANDBOX / "desktop-server" / ".venv" / "bin" / "python"
 DESKTOP_ACCOUNT = "kubecua-desktop"
@@ -103,9 +105,7 @@ class Account:
 
     def own_tree(self, root: Path) -> None:
         os.chown(root, self.uid, self.gid)
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), self.uid, self.gid)
+        chown_below(root, self.uid, self.gid)
 
 
 def _spawn(

@@ -170,9 +170,14 @@ def restore_home(home: Path, pristine: Path) -> None:
     shutil.copytree(pristine, home, symlinks=True, dirs_exist_ok=True)
     owner = home.stat()
     if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, os.getegid()):
-        for dirpath, dirnames, filenames in os.walk(home):
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), owner.st_uid, owner.st_gid)
+        chown_below(home, owner.st_uid, owner.st_gid)
+
+
+def chown_below(root: Path, uid: int, gid: int) -> None:
+    """Give everything under root (not root itself; links themselves, not their targets) to uid."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
 def remove_new_entries(directory: Path, keep: set[str]) -> None:
