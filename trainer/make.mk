@@ -37,6 +37,7 @@ NPROC ?= 1
 .PHONY: bench-trainer-distributed bench-trainer-rollouts
 bench-trainer-distributed: ## weight refresh (3B, 7B) and FSDP2 vs plain learner speed (GPU; CPU: toy smoke)
 	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m torch.distributed.run --nproc-per-node $(NPROC) -m kubecua_trainer.perf.distributed_bench $(BENCH_ARGS)
-# Desktop utilisation with synchronous vs staleness-1 rollouts (CPU, local desktops).
-bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktops spend in episodes, sync vs maxStaleness 1
+# Desktop utilisation with synchronous vs staleness-1 rollouts (CPU, local desktops); the tiny
+# model by default, BENCH_ARGS=--learner-bound for an update as long as a step's rollouts.
+bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktops spend in episodes, sync vs maxStaleness 1 (BENCH_ARGS=--learner-bound)
 	cd trainer && .venv/bin/python -m kubecua_trainer.perf.rollout_overlap $(BENCH_ARGS)
