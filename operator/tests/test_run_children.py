@@ -52,6 +52,17 @@ def test_trainer_is_an_indexed_job_with_torchrun_environment():
     assert labels["kubecua.dev/client-of-desks"] == "true"
 
 
+def test_trainer_job_ignores_checkpointed_stops_and_disruptions_and_counts_other_failures():
+    spec = build_job(RUN, Settings(), suspend=False)["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"  # the API requires it
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore",
+         "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    ]  # fmt: skip
+    assert spec["template"]["spec"]["containers"][0]["name"] == "trainer"
+
+
 def test_role_grants_discovery_and_own_status_only_and_no_secret():
     rules = children.build_role(RUN)["rules"]
     by_resource = {tuple(r["resources"]): r for r in rules}

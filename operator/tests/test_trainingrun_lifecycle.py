@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubecua_operator.k8s import Kube
+from kubecua_operator.trainingrun.job import INDEX_ANNOTATION
 
 from .conftest import wait_until
 from .helpers import condition, live, pool_manifest, set_pod_status, wait_pool
@@ -152,6 +153,36 @@ def test_run_succeeds_when_the_trainer_exits_cleanly(kube, operator, namespace):
     st = wait_phase(kube, namespace, "Succeeded")
     assert st["completionTime"]
     assert condition(st, "Progressing")["status"] == "False"
+
+
+def exited(code: int) -> dict:
+    """A Failed pod's status as a kubelet writes it when the trainer container exits `code`."""
+    state = {"terminated": {"exitCode": code, "reason": "Error"}}
+    return {"phase": "Failed", "reason": "Error", "containerStatuses": [
+        {"name": "trainer", "image": "trainer", "imageID": "", "ready": False,
+         "restartCount": 0, "state": state}]}  # fmt: skip
+
+
+def test_a_trainer_stopped_by_sigterm_is_replaced_without_counting_a_failure(
+    kube, operator, namespace
+):
+    """Exit 143 (an eviction's or a drain's SIGTERM, after the trainer's checkpoint): the real
+    Job controller applies the Job's podFailurePolicy, so not even backoffLimit 1's two such stops
+    fail or finish the run; a new pod for index 0 resumes it. Exit 1 still counts."""
+    pod = start_run(kube, namespace)[0]
+    for _ in range(2):
+        set_pod_status(kube, namespace, pod["metadata"]["name"], exited(143))
+        pod = run_trainer_pods(kube, namespace, 1)[0]  # the replacement
+        assert pod["metadata"]["annotations"][INDEX_ANNOTATION] == "0"
+    job = kube.get("Job", namespace, "qwen-trainer")
+    assert not job["status"].get("failed"), job["status"]
+    assert not job["status"].get("succeeded"), job["status"]
+    st = run_status(kube, namespace)
+    assert st["phase"] not in ("Succeeded", "Failed"), st
+    assert not st.get("restarts"), st
+
+    set_pod_status(kube, namespace, pod["metadata"]["name"], exited(1))  # a crashed rank
+    wait_until(lambda: run_status(kube, namespace).get("restarts") == 1, 60, "1 counted failure")
 
 
 def test_trainer_failures_count_against_backoff_limit_then_fail_the_run(kube, operator, namespace):

@@ -5,6 +5,12 @@ index, and every pod meets at <run>-trainer-0.<run>-trainer (the headless Servic
 the pool's client label so the pool's NetworkPolicy admits them. `suspend` is the Job's own: the
 Job controller removes the pods (SIGTERM: the trainer checkpoints) and recreates them on resume,
 and the trainer resumes from its latest checkpoint.
+
+Exit codes are the contract with the trainer: 0 only when every step is done (the index is
+complete), 143 when a SIGTERM stopped it after checkpointing its last completed step (a suspend,
+an eviction, a drain, `kubectl delete pod`). The Job's podFailurePolicy ignores such stops and
+disruptions (a replacement pod resumes, backoffLimit untouched) and counts every other failure
+(a rank that crashed fails its pod, and the Job's backoffLimit bounds the retries).
 """
 
 from __future__ import annotations
@@ -25,6 +31,29 @@ from kubecua_operator.trainingrun.children import (
 
 Obj = dict[str, Any]
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+TRAINER_CONTAINER = "trainer"
+STOPPED_EXIT_CODE = 143  # kubecua_trainer: 128 + SIGTERM, after checkpointing (cli.STOPPED)
+
+
+def pod_failure_policy() -> Obj:
+    """Stops are not failures: a trainer that exited 143 (it checkpointed on SIGTERM) or a pod the
+    cluster disrupted (eviction, preemption, drain: DisruptionTarget, whatever its exit code,
+    e.g. 137 when the grace period ran out) is replaced without counting against backoffLimit.
+    Any other failure counts, as without a policy. (A policy also makes the Job replace a pod
+    only once it has terminated, so two pods of one index never write checkpoints at once.)"""
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onExitCodes": {
+                    "containerName": TRAINER_CONTAINER,
+                    "operator": "In",
+                    "values": [STOPPED_EXIT_CODE],
+                },
+            },
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        ]
+    }
 
 
 def trainer_env(run: Obj, pool: tuple[str, str] | None = None) -> list[Obj]:
@@ -57,8 +86,8 @@ def trainer_env(run: Obj, pool: tuple[str, str] | None = None) -> list[Obj]:
 def trainer_command(spec: Obj) -> list[str]:
     """The trainer's torchrun (kubecua_trainer.launch) only where there are several processes
     to launch: unlike plain torchrun's agent it passes SIGTERM on to the workers, gives them the
-    pod's whole grace period to checkpoint and exits 0 when they do. A single process runs the
-    trainer directly.
+    pod's whole grace period to checkpoint and exits 143 once they did. A single process runs the
+    trainer directly (which also exits 143 after a SIGTERM's checkpoint).
 
     >>> trainer_command({"trainer": {"nodes": 1, "gpusPerNode": 1}})[:3]
     ['python', '-m', 'kubecua_trainer']
@@ -127,7 +156,7 @@ def build_job(
     volumes, mounts = volumes_and_mounts(run, pool)
     port = spec.get("metrics", {}).get("port", 9400)
     container: Obj = {
-        "name": "trainer",
+        "name": TRAINER_CONTAINER,
         "image": spec.get("trainer", {}).get("image") or settings.trainer_image,
         "command": trainer_command(spec),
         "env": trainer_env(run, pool),
@@ -150,6 +179,7 @@ def build_job(
             "completions": nodes,
             "parallelism": nodes,
             "backoffLimit": spec.get("backoffLimit", 3),
+            "podFailurePolicy": pod_failure_policy(),  # needs restartPolicy Never
             "suspend": suspend,
             "template": {
                 "metadata": {"labels": pod_labels(run)},
