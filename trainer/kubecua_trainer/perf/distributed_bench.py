@@ -8,7 +8,9 @@ Run under torchrun (world 1 works: `make bench-trainer-distributed`; NPROC=2 on 
 - learner: tokens/s of one learner step (4 screenshots at 1280x720 per rank, ~5.3k tokens, full
   activation checkpointing, bf16 weights, AdamW) by the plain single-process learner and by the
   FSDP2 learner on the same model and sample, and their peak memory, per GPU; with --levers
-  also the FSDP2 learner with host offload (CPUOffloadPolicy) and with compiled layers.
+  also the FSDP2 learner with host offload (CPUOffloadPolicy) and with compiled layers; with
+  --full-hd also the FSDP2 step on one 15-screenshot 1920x1080 episode per rank (42k tokens), whose
+  peak memory says whether that episode still fits on each GPU.
 Rank 0 prints one JSON line. Without a GPU it runs the toy-width shape and says so.
 """
 
@@ -65,9 +67,11 @@ def refresh_figures(shape: str, device: str, d: Dist) -> dict[str, Any]:
 
 
 def step_figures(
-    shape: str, device: str, d: Dist, sharded: bool, images: int, lever: str = ""
+    shape: str, device: str, d: Dist, sharded: bool, images: int, lever: str = "",
+    size: tuple[int, int] = (1280, 720),
 ) -> dict[str, Any]:
-    """lever: "" (none), "offload" (CPUOffloadPolicy) or "compile" (compiled layers), FSDP2."""
+    """lever: "" (none), "offload" (CPUOffloadPolicy) or "compile" (compiled layers), FSDP2.
+    Each rank learns from one sample of `images` screenshots of `size` pixels."""
     torch.manual_seed(0)
     model = build_model(shape, device)
     if device == "cuda":
@@ -79,10 +83,10 @@ def step_figures(
     if sharded:
         net = shard_policy(policy, offload=lever == "offload")
         learner = Learner(policy, ALGO, net=net, dist=d)
-        batch = [synthetic_sample(model, images, 1280, 720, seed) for seed in range(d.world)]
+        batch = [synthetic_sample(model, images, *size, seed) for seed in range(d.world)]
     else:
         learner = Learner(policy, ALGO)
-        batch = [synthetic_sample(model, images, 1280, 720, d.rank)]
+        batch = [synthetic_sample(model, images, *size, d.rank)]
     learner.step(batch)  # warm-up (AdamW state, kernels, compilation)
     times = []
     for _ in range(3):
@@ -108,6 +112,8 @@ def main() -> None:
     p.add_argument("--out", help="also write the JSON here (rank 0)")
     p.add_argument("--skip-7b", action="store_true")
     p.add_argument("--levers", action="store_true", help="also FSDP2 + offload, FSDP2 + compile")
+    p.add_argument("--full-hd", action="store_true",
+                   help="also the FSDP2 step on a 15 x 1920x1080 episode per rank (does it fit?)")
     args = p.parse_args()
     d = init_from_env(min_world=1)
     gpu = torch.cuda.is_available()
@@ -134,6 +140,11 @@ def main() -> None:
             lever: step_figures(shapes[0], device, d, sharded=True, images=images, lever=lever)
             for lever in ("offload", "compile")
         }
+    if args.full_hd:
+        full = 15 if gpu else 2
+        result["learner"]["fsdp2_15x1080p"] = step_figures(
+            shapes[0], device, d, sharded=True, images=full, size=(1920, 1080)
+        )
     if d.is_main:
         line = json.dumps(result)
         print(line, flush=True)
