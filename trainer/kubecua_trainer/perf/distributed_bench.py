@@ -67,7 +67,12 @@ def refresh_figures(shape: str, device: str, d: Dist) -> dict[str, Any]:
 
 
 def step_figures(
-    shape: str, device: str, d: Dist, sharded: bool, images: int, lever: str = "",
+    shape: str,
+    device: str,
+    d: Dist,
+    sharded: bool,
+    images: int,
+    lever: str = "",
     size: tuple[int, int] = (1280, 720),
 ) -> dict[str, Any]:
     """lever: "" (none), "offload" (CPUOffloadPolicy) or "compile" (compiled layers), FSDP2.
@@ -112,8 +117,11 @@ def main() -> None:
     p.add_argument("--out", help="also write the JSON here (rank 0)")
     p.add_argument("--skip-7b", action="store_true")
     p.add_argument("--levers", action="store_true", help="also FSDP2 + offload, FSDP2 + compile")
-    p.add_argument("--full-hd", action="store_true",
-                   help="also the FSDP2 step on a 15 x 1920x1080 episode per rank (does it fit?)")
+    p.add_argument(
+        "--full-hd",
+        action="store_true",
+        help="also the FSDP2 step on a 15 x 1920x1080 episode per rank (does it fit?)",
+    )
     args = p.parse_args()
     d = init_from_env(min_world=1)
     gpu = torch.cuda.is_available()
