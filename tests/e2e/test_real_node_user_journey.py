@@ -467,6 +467,10 @@ def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(
     assert "stopped by SIGTERM after step 1" in first, first[-3000:]
     assert training["suspended"]["phase"] == "Suspended"
     assert training["suspended"]["lastCheckpoint"]["step"] == 1
+    # The stopped pod exits 143 (stopped, not finished) under the Job's podFailurePolicy: a suspend
+    # counts no failure, neither then nor by the end of the run.
+    assert training["suspended"].get("restarts", 0) == 0, training["suspended"]
+    assert training["final"].get("restarts", 0) == 0, training["final"]
     # The new pod resumed from that checkpoint: it trained step 2 and never step 1 again.
     assert "step 2:" in second, second[-3000:]
     assert "step 1:" not in second, second[-3000:]

@@ -7,9 +7,13 @@
 In a pod the operator runs `run /etc/kubecua/trainingrun.yaml` (its ConfigMap) and sets
 KUBECUA_TRAININGRUN_NAME and KUBECUA_TRAININGRUN_NAMESPACE; whenever a TrainingRun is named, the
 run patches that object's status and serves metrics on all interfaces.
-SIGTERM (the operator suspending the run, an eviction) stops the run after checkpointing its last
-completed step and exits 0; the next run resumes from that checkpoint.
-Exit codes: 0 done or stopped by SIGTERM, 2 invalid configuration, 1 any other failure.
+SIGTERM (the operator suspending the run, an eviction, a local `kill`) stops the run
+after checkpointing its last completed step and exits 143 (128 + SIGTERM): the run is not finished,
+and a Job must not count the pod as succeeded; the next run resumes from that checkpoint. A rank
+under torchrun's agent (kubecua_trainer.launch) exits 0 instead, since the agent counts any other
+code as a failed worker; the launcher itself then exits 143.
+Exit codes: 0 all steps done, 143 stopped by SIGTERM before the last step, 2 invalid
+configuration, 1 any other failure, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ import signal
 import sys
 
 from kubecua_trainer.config import ConfigError, TrainingRun, load_from_cluster, load_manifest
+
+STOPPED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM, the last completed step checkpointed
+
+
+def stopped_exit_code() -> int:
+    """143, but 0 for a worker of torch's elastic agent (it sets TORCHELASTIC_RUN_ID): the agent
+    counts a non-zero worker as failed, and the launcher reports the stop instead."""
+    return 0 if os.environ.get("TORCHELASTIC_RUN_ID") else STOPPED
 
 
 def parser() -> argparse.ArgumentParser:
@@ -69,7 +81,7 @@ def load_run(args: argparse.Namespace) -> TrainingRun:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # A SIGTERM before the run listens for it (torch's import, the model's load) is kept for the
-    # run to see, not left to kill the process: it then stops before its first step and exits 0.
+    # run to see, not left to kill the process: it then stops before its first step (exit 143).
     early: list[int] = []
     if args.command == "run":
         signal.signal(signal.SIGTERM, lambda sig, _frame: early.append(sig))
@@ -104,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
         return 130
+    code = 0 if result.stopped_at is None else stopped_exit_code()
     if not result.main:  # rank 0 prints the run's summary
-        return 0
+        return code
     if result.stopped_at is not None:
         print(f"stopped by SIGTERM after step {result.stopped_at}; resume from the checkpoint")
     else:
@@ -113,4 +126,4 @@ def main(argv: list[str] | None = None) -> int:
     print(f"report: {result.report}")
     print(f"curves: {result.curves}")
     print(f"last checkpoint: {result.last_checkpoint}")
-    return 0
+    return code

@@ -7,12 +7,18 @@ the signal on, kills the workers 30 s later whatever they are doing, and exits 1
 counts as a failed pod. Here torch's agent is told not to handle SIGTERM (its
 --signals-to-handle, read from PET_SIGNALS_TO_HANDLE); this process forwards it to each worker
 (a process group of its own), and the agent keeps monitoring them. The workers checkpoint the last
-completed step and exit 0, the agent sees every worker succeed and exits 0, and the pod's whole
-termination grace period is theirs. A worker that fails still fails the agent as before.
-SIGINT, SIGHUP and SIGQUIT keep torchrun's own handling. Limit: while the agent waits in the
+completed step and exit 0 (any other code would make the agent count a failed worker), the agent
+sees every worker succeed, and this process then exits 143 (128 + SIGTERM): stopped, not
+finished, so a Job never counts a stopped pod as a completed index (the operator's Job ignores
+143 in its podFailurePolicy, so the replacement resumes without using up backoffLimit). A run
+that finishes all its steps exits 0; the pod's whole termination grace period is the
+checkpoint's. A worker that fails still fails the agent as before (exit 1).
+SIGINT, SIGHUP and SIGQUIT keep torchrun's own handling. Limits: while the agent waits in the
 rendezvous (for the other pods) its C++ wait does not return to Python, so a SIGTERM then is
 handled only when the rendezvous ends; a pod stopped in that wait is killed at the end of its
-grace period, having run no step.
+grace period, having run no step. A SIGTERM that lands after the workers' last step also exits
+143 (the workers' exit codes cannot tell this process apart); the replacement pod resumes from
+the final checkpoint, has no step left to run, and exits 0.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from types import FrameType
 
 # torchrun's default list without SIGTERM, which this module handles instead.
 AGENT_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
+STOPPED = 128 + signal.SIGTERM  # 143, as kubecua_trainer.cli exits when it runs alone
+sigterms: list[int] = []  # SIGTERMs this process received
 
 
 def children(pid: int) -> list[int]:
@@ -40,9 +48,10 @@ def children(pid: int) -> list[int]:
 
 
 def forward_sigterm(signum: int, frame: FrameType | None) -> None:
+    sigterms.append(signum)
     workers = children(os.getpid())
     if not workers:  # no worker started yet: no step was run here, nothing to save
-        raise SystemExit(0)
+        raise SystemExit(STOPPED)
     for pid in workers:
         try:
             os.killpg(pid, signal.SIGTERM)  # torch starts each worker in a session of its own
@@ -58,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     if "SIGTERM" in os.environ["PET_SIGNALS_TO_HANDLE"]:
         sys.exit("error: PET_SIGNALS_TO_HANDLE must leave SIGTERM out (this launcher forwards it)")
     signal.signal(signal.SIGTERM, forward_sigterm)
-    torchrun(argv)
+    torchrun(argv)  # returns only when every worker exited 0 (a failure raises, exit 1)
+    if sigterms:
+        sys.exit(STOPPED)
 
 
 if __name__ == "__main__":

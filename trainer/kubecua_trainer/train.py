@@ -356,7 +356,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
                 if saver.path is not None and getattr(engine, "loads_from_disk", False):
                     await _sync_engine(loop, saver.step, saver.path)
                 await _loop(first_step, loop)
-            if stop.requested.is_set():
+            if stop.requested.is_set() and saver.step < spec.steps:  # finished: not a stop
                 result.stopped_at = saver.step
                 progress.say(f"stopped; step {saver.step} is checkpointed: {saver.path}")
         finally:

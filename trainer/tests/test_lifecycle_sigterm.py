@@ -1,7 +1,8 @@
 """Suspend, as the operator does it: the trainer pod gets SIGTERM. A real trainer process (the CLI
 on the tiny model, loopback sandboxes, its TrainingRun on the real control plane) must abandon the
-rollout in flight, checkpoint its last completed step, patch that into its status, exit 0, and a
-later run must resume after that step. The `Stop` rules are also checked on plain coroutines.
+rollout in flight, checkpoint its last completed step, patch that into its status, exit 143
+(128 + SIGTERM: stopped, not finished, so the Job never counts the pod as a completed index), and
+a later run must resume after that step. The `Stop` rules are also checked on plain coroutines.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def test_sigterm_checkpoints_last_completed_step_and_a_rerun_resumes(
                 proc.kill()
                 proc.wait()
     log = out.decode()
-    assert proc.returncode == 0, log
+    assert proc.returncode == 143, log
     checkpoints = list_checkpoints(tmp_path / "out/checkpoints")
     assert len(checkpoints) == 1, log
     step = checkpoints[0][0]
