@@ -29,6 +29,12 @@ SETUP_TARGETS += $(1)-env
 LINT_TARGETS += lint-$(1)
 endef
 
+# The tiny model the trainer's tests, the demo and e2e use (its rule: trainer/make.mk). Rebuilt when
+# its builder's content changes (a stamp named by its hash), not its mtime: a clean clone's files
+# are all new, and the cache is shared between clones.
+TINY_MODEL := $(KUBECUA_CACHE)/models/tiny-qwen2_5_vl
+TINY_MODEL_STAMP := $(TINY_MODEL)/.inputs-$(shell sha256sum trainer/kubecua_trainer/testing/tiny_models.py | cut -c1-16)
+
 # Filled in by the component fragments below.
 SETUP_TARGETS :=
 TEST_TARGETS :=
@@ -55,7 +61,7 @@ lint: setup-uv $(LINT_TARGETS) ## ruff format check, ruff lint and mypy per comp
 # On a fresh machine the set-up is most of the cost. apt comes first (everything needs it); then
 # the Go builds (CPU-bound) run beside the venv downloads and image builds (network and disk), three
 # jobs at a time. The suites then run one at a time: the GUI ones are sensitive to load.
-PREPARE_TARGETS = setup sandbox-env node-images $(TINY_MODEL)/config.json
+PREPARE_TARGETS = setup sandbox-env node-images $(TINY_MODEL_STAMP)
 .PHONY: prepare
 prepare: setup-apt ## all of make test's set-up, in parallel where it can be (apt first)
 	$(MAKE) --no-print-directory -j3 --output-sync=line $(PREPARE_TARGETS)

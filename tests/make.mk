@@ -16,7 +16,7 @@ node-images: setup-apt trainer-env
 	hack/build-images.sh operator sandbox trainer
 
 # The chart's own test files run under test-charts; everything else in e2e/ runs here.
-# The tiny model's rule is in trainer/make.mk (included after this file, hence the spelled path).
+# The tiny model's rule is in trainer/make.mk; its stamp's name is set in the top Makefile.
 test-e2e: tests-env setup-go setup-node node-images sandbox-env operator-env trainer-env \
-		$(KUBECUA_CACHE)/models/tiny-qwen2_5_vl/config.json
+		$(TINY_MODEL_STAMP)
 	cd tests && .venv/bin/pytest -q e2e $(addprefix --ignore=,$(CHART_TESTS))

@@ -1,16 +1,17 @@
 # Trainer: multi-turn GRPO for computer-use agents (trainer/kubecua_trainer), and `make demo`.
 $(eval $(call python-project,trainer,trainer))
 TEST_TARGETS += test-trainer
-TINY_MODEL := $(KUBECUA_CACHE)/models/tiny-qwen2_5_vl
 
 .PHONY: test-trainer demo
 # The end-to-end test needs local sandboxes, the cluster tests the control plane.
 test-trainer: trainer-env sandbox-env setup-go
 	cd trainer && .venv/bin/pytest -q
 
-# A tiny Qwen2.5-VL built from a config with a locally trained tokenizer (no download).
-$(TINY_MODEL)/config.json: trainer/kubecua_trainer/testing/tiny_models.py | trainer-env
+# A tiny Qwen2.5-VL built from a config with a locally trained tokenizer (no download); its stamp
+# (TINY_MODEL_STAMP, in the top Makefile) is named by its builder's hash.
+$(TINY_MODEL_STAMP): | trainer-env
 	trainer/.venv/bin/python -m kubecua_trainer.testing.tiny_models $(TINY_MODEL) --family qwen2_5_vl
+	rm -f $(TINY_MODEL)/.inputs-* && touch $@
 
 # The demo warm-starts the tiny model on its tasks' solutions first (a demo crutch, cached by a
 # hash of its inputs; see testing/warm_start.py), so that GRPO has mixed rewards to learn from.
@@ -18,7 +19,7 @@ $(TINY_MODEL)/config.json: trainer/kubecua_trainer/testing/tiny_models.py | trai
 DEMO_MANIFEST := examples/trainingrun-local.yaml
 DEMO_OUT := out/demo
 
-demo: setup-apt trainer-env sandbox-env $(TINY_MODEL)/config.json ## the main job: a TrainingRun locally (tiny model, CPU, 2 Xvfb desktops); metrics on 127.0.0.1:9400
+demo: setup-apt trainer-env sandbox-env $(TINY_MODEL_STAMP) ## the main job: a TrainingRun locally (tiny model, CPU, 2 Xvfb desktops); metrics on 127.0.0.1:9400
 	trainer/.venv/bin/python -m kubecua_trainer.testing.warm_start $(TINY_MODEL) $(DEMO_MANIFEST) --cache $(KUBECUA_CACHE)/models
 	rm -rf $(DEMO_OUT)
 	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
