@@ -10,6 +10,7 @@ from transformers import AutoModelForImageTextToText
 from kubecua_trainer.perf.rollout_overlap import (
     LEARNER_BOUND,
     parse_args,
+    regime,
     scale_text_config,
     summarise,
 )
@@ -62,3 +63,6 @@ def test_learner_bound_preset_fills_only_what_flags_leave_open() -> None:
     assert (args.hidden, args.layers, args.torch_threads) == (LEARNER_BOUND["hidden"], 4, 1)
     tiny = parse_args([])
     assert (tiny.hidden, tiny.layers, tiny.torch_threads) == (None, None, None)
+    assert regime(args) == "learner-bound"
+    assert regime(tiny) == "tiny test model"
+    assert regime(parse_args(["--hidden", "256"])) == "scaled model"

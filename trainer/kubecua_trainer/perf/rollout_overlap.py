@@ -156,7 +156,7 @@ async def main_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     ratio = overlap["utilisation"] / sync["utilisation"]
     return {
         "machine": "CPU, 2 local desktops, Qwen2.5-VL from a config (random weights)",
-        "regime": "learner-bound" if args.hidden or args.layers else "tiny",
+        "regime": regime(args),
         "model_parameters": params,
         "torch_threads": torch.get_num_threads(),
         # sync: the update's share of a step; ~0.5 means the learner takes as long as rollouts
@@ -168,6 +168,12 @@ async def main_async(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "throughput_ratio": round(
             overlap["episodes_per_minute"] / sync["episodes_per_minute"], 3),
     }  # fmt: skip
+
+
+def regime(args: argparse.Namespace) -> str:
+    if args.learner_bound:
+        return "learner-bound"
+    return "scaled model" if args.hidden or args.layers else "tiny test model"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
