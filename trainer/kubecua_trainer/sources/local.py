@@ -114,14 +114,36 @@ class LocalSource:
             self.sandboxes.append(self._spawn(launcher, i, max(displays), token_file))
         self._poller = ReadinessPoller([s.url for s in self.sandboxes])
         await self._poller.start(leases)
+        ready = asyncio.ensure_future(leases.wait_ready(self.replicas, self.start_timeout))
+        exited = asyncio.ensure_future(self._first_exit())
+        await asyncio.wait([ready, exited], return_when=asyncio.FIRST_COMPLETED)
+        exited.cancel()
+        if not ready.done():  # a launcher died first: waiting out start_timeout would gain nothing
+            ready.cancel()
+            dead = exited.result()
+            await self.stop()
+            log = dead.workdir / "launcher.log"
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(
+                f"local sandbox {dead.url} exited with code {dead.process.returncode} before it "
+                f"was ready; its log ({log}) ends:\n  " + "\n  ".join(tail)
+            )
         try:
-            await leases.wait_ready(self.replicas, self.start_timeout)
+            ready.result()
         except TimeoutError:
             await self.stop()
             raise TimeoutError(
                 f"local sandboxes not ready after {self.start_timeout:.0f}s; "
                 f"see the logs in {self.workdir}"
             ) from None
+
+    async def _first_exit(self) -> LocalSandbox:
+        """The first launcher to exit (polled: a Popen gives no awaitable exit)."""
+        while True:
+            for sb in self.sandboxes:
+                if sb.process.poll() is not None:
+                    return sb
+            await asyncio.sleep(0.25)
 
     def _spawn(self, launcher: Path, i: int, display: int, token_file: Path) -> LocalSandbox:
         port = free_port()
