@@ -7,7 +7,7 @@ episode sent at least N actions before DONE, else 0.0 (so a random policy gets m
 Evaluator {"func": "coin"}: 1.0 for every other episode this sandbox starts (mixed rewards
 whatever the policy says). `faults` injects infrastructure failures: "setup" (502 on start),
 "lose" (502 on every step), "die" (the server shuts down right after starting an episode),
-"slow" (start takes 3 s).
+"slow" (start takes 3 s), "slow_release" (a release takes 1 s; `releasing` is set meanwhile).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class LoopbackSandbox:
         self.episode: dict[str, Any] | None = None
         self.started = 0
         self.released = 0
+        self.releasing = threading.Event()
         self.steps: list[Any] = []
         self.lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
@@ -103,6 +104,9 @@ class LoopbackSandbox:
             if self.episode is None or not path.startswith(f"/episodes/{self.episode['id']}"):
                 return 404, {"detail": "unknown episode", "reason": "UnknownEpisode"}
             if method == "DELETE":
+                if "slow_release" in self.faults:
+                    self.releasing.set()
+                    time.sleep(1)
                 self.episode, self.released = None, self.released + 1
                 return 200, {"reset_seconds": 0.0, "clean": True}
             if path.endswith("/step"):

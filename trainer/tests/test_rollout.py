@@ -137,6 +137,31 @@ async def test_episode_timeout_is_excluded_and_the_sandbox_released(policy) -> N
         assert ep.samples == []
 
 
+async def test_a_cancelled_episode_hands_its_sandbox_back_before_it_ends(policy) -> None:
+    """A stop cancels the episodes in flight, and the loop cancels them once more on its way out
+    (train.py: the stop's own cancel, then the in-flight tasks'). Each must still have released
+    its sandbox when its cancellation is over: a release left pending is cancelled with the
+    event loop, and the sandbox stays leased until its idle timeout."""
+    with LoopbackSandbox({"slow_release"}) as a:
+        ro, engine = make_rollout(policy, [a.url])
+        ro.algorithm.group_size = 1
+        ro.algorithm.max_turns = 50  # long enough to be cancelled mid-episode
+        try:
+            playing = asyncio.ensure_future(rollout_groups(ro, [task("t1", expected=10**6)], 1))
+            while not engine.generations:  # the episode has started and the model is playing
+                assert not playing.done(), playing.result()
+                await asyncio.sleep(0.05)
+            playing.cancel()
+            await asyncio.to_thread(a.releasing.wait, 30)  # the release is in flight
+            playing.cancel()  # the second cancellation
+            with pytest.raises(asyncio.CancelledError):
+                await playing
+            assert a.released == 1
+            assert a.episode is None
+        finally:
+            await engine.close()
+
+
 async def test_busy_sandbox_is_waited_for_not_evicted(policy) -> None:
     with LoopbackSandbox() as a:
         ro, engine = make_rollout(policy, [a.url])

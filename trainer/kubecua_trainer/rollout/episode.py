@@ -215,11 +215,20 @@ async def _evaluate(
 
 
 async def _release(client: SandboxClient, lease: Lease, episode_id: str) -> None:
-    # Shielded: a cancelled or timed-out episode must still hand its sandbox back.
-    try:
-        await asyncio.shield(asyncio.wait_for(client.release(episode_id), RELEASE_TIMEOUT))
-    except asyncio.CancelledError:
-        lease.bad()
-        raise
-    except Exception:
+    # A cancelled episode (a stop; train.py cancels in-flight work, then cancels it again on its
+    # way out) still hands its sandbox back, and finishes doing so (RELEASE_TIMEOUT bounds it)
+    # before the cancellation goes on: a release left pending is cancelled with the event loop,
+    # and the sandbox would stay leased until its idle timeout, busy for the next run.
+    hand_back = asyncio.ensure_future(asyncio.wait_for(client.release(episode_id), RELEASE_TIMEOUT))
+    cancelled = False
+    while not hand_back.done():
+        try:
+            await asyncio.shield(hand_back)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break
+    if hand_back.cancelled() or hand_back.exception() is not None:
         lease.bad()  # it did not confirm a clean reset; let it cool off
+    if cancelled:
+        raise asyncio.CancelledError
