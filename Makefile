@@ -60,11 +60,13 @@ lint: setup-uv $(LINT_TARGETS) ## ruff format check, ruff lint and mypy per comp
 
 # On a fresh machine the set-up is most of the cost. apt comes first (everything needs it); then
 # the Go builds (CPU-bound) run beside the venv downloads and image builds (network and disk), three
-# jobs at a time. The suites then run one at a time: the GUI ones are sensitive to load.
+# jobs at a time (their output interleaves: the build scripts prefix their lines; make's
+# --output-sync would hold a 15-minute build's lines back until it ends). The suites then run one
+# at a time: the GUI ones are sensitive to load.
 PREPARE_TARGETS = setup sandbox-env node-images $(TINY_MODEL_STAMP)
 .PHONY: prepare
 prepare: setup-apt ## all of make test's set-up, in parallel where it can be (apt first)
-	$(MAKE) --no-print-directory -j3 --output-sync=line $(PREPARE_TARGETS)
+	$(MAKE) --no-print-directory -j3 $(PREPARE_TARGETS)
 
 test: ## set up (see prepare), lint, and run every suite
 	@start=$$(date +%s); \
