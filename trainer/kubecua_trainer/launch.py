@@ -34,9 +34,10 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from kubecua_trainer.cli import STOPPED  # 143: the exit code of a stop, as the CLI alone
+
 # torchrun's default list without SIGTERM, which this module handles instead.
 AGENT_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
-STOPPED = 128 + signal.SIGTERM  # 143, as kubecua_trainer.cli exits when it runs alone
 sigterms: list[int] = []  # SIGTERMs this process received
 
 
