@@ -222,22 +222,48 @@ async def observed_children(
     api: Kube, body: Obj, indexed: list[Summary], memory: PoolMemory
 ) -> list[Summary]:
     """The pool's own children. From the indexes, except right after the API was unreachable
-    and every relist period: then from a fresh list, and whatever the index holds that the list
-    lacks is a ghost (deleted while the watch was down) and ignored from then on."""
+    and every relist period: then from fresh lists, until the index holds everything a list
+    found (its watch has caught up). Whatever the index holds that a list lacks is a ghost
+    (deleted while the watch was down) and ignored from then on."""
     cfg, now = settings_mod.get(), time.monotonic()
     uid = body["metadata"]["uid"]
     if memory.verified_epoch != HEALTH.epoch or now - memory.verified_at >= cfg.relist_seconds:
         epoch = HEALTH.epoch
         listed = await list_children(api, body)
-        seen = {s.uid for s in listed}
-        memory.ghosts = {s.uid for s in indexed if s.uid not in seen}
-        if memory.ghosts:
+        view = compare_with_list(indexed, listed, uid, memory.ghosts)
+        if view.ghosts - memory.ghosts:
             log.warning("pool %s: %d indexed children no longer exist; re-listed",
-                        body["metadata"]["name"], len(memory.ghosts))  # fmt: skip
-        memory.verified_epoch, memory.verified_at = epoch, now
+                        body["metadata"]["name"], len(view.ghosts))  # fmt: skip
+        memory.ghosts = view.ghosts
         memory.taken.clear()  # a name held by a foreign object may be free again
-        return [s for s in listed if s.owner == uid]
+        # While the index lags (a watch reconnects some time after the API answers again),
+        # it lacks what this pool created meanwhile; a pass from it would count those
+        # sandboxes as missing and step the status back. So list again until it caught up.
+        if view.caught_up:
+            memory.verified_epoch, memory.verified_at = epoch, now
+        return view.children
     return [s for s in indexed if s.owner == uid and s.uid not in memory.ghosts]
+
+
+@dataclass
+class ListedView:
+    children: list[Summary]  # the pool's own children, as listed
+    ghosts: set[str]  # uids the index holds that the list lacks
+    caught_up: bool  # the index holds every own child the list found, and no new ghost
+
+
+def compare_with_list(
+    indexed: list[Summary], listed: list[Summary], owner: str, known_ghosts: set[str]
+) -> ListedView:
+    """Compare an index snapshot (taken before the list) with a fresh list of the children.
+    A new ghost means the index missed a deletion: its watch may still be down, so it has not
+    caught up even if it holds everything listed."""
+    seen = {s.uid for s in listed}
+    ghosts = {s.uid for s in indexed if s.uid not in seen}
+    children = [s for s in listed if s.owner == owner]
+    in_index = {s.uid for s in indexed if s.owner == owner}
+    caught_up = ghosts <= known_ghosts and all(s.uid in in_index for s in children)
+    return ListedView(children, ghosts, caught_up)
 
 
 async def kubevirt_ready(api: Kube, memory: PoolMemory) -> bool:
