@@ -7,7 +7,9 @@ episode sent at least N actions before DONE, else 0.0 (so a random policy gets m
 Evaluator {"func": "coin"}: 1.0 for every other episode this sandbox starts (mixed rewards
 whatever the policy says). `faults` injects infrastructure failures: "setup" (502 on start),
 "lose" (502 on every step), "die" (the server shuts down right after starting an episode),
-"slow" (start takes 3 s), "slow_release" (a release takes 1 s; `releasing` is set meanwhile).
+"slow" (start takes 3 s, holding the sandbox's lock: a DELETE meanwhile waits for it, as the
+real server's waits for the setup), "slow_release" (a release takes 1 s; `releasing` is set
+meanwhile).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class LoopbackSandbox:
         self.started = 0
         self.released = 0
         self.releasing = threading.Event()
+        self.released_once = threading.Event()
         self.steps: list[Any] = []
         self.lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), self._handler())
@@ -108,6 +111,7 @@ class LoopbackSandbox:
                     self.releasing.set()
                     time.sleep(1)
                 self.episode, self.released = None, self.released + 1
+                self.released_once.set()
                 return 200, {"reset_seconds": 0.0, "clean": True}
             if path.endswith("/step"):
                 return self._step(body)
@@ -126,7 +130,7 @@ class LoopbackSandbox:
         if "setup" in self.faults:
             return 502, {"detail": "setup step 1 failed", "reason": "SetupFailed"}
         self.started += 1
-        eid = f"ep-{uuid.uuid4().hex[:8]}"
+        eid = body.get("episode_id") or f"ep-{uuid.uuid4().hex[:8]}"
         self.episode = {"id": eid, "task": body["task"], "actions": 0, "done": False}
         if "die" in self.faults:  # answer this request, then go away like a killed sandbox
             threading.Thread(target=self._die, daemon=True).start()

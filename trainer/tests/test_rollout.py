@@ -135,6 +135,34 @@ async def test_episode_timeout_is_excluded_and_the_sandbox_released(policy) -> N
         assert ep.outcome == "timeout"
         assert ep.reward is None
         assert ep.samples == []
+        # The start timed out before its reply: the episode it started is released by the id
+        # the trainer chose, not left to the sandbox's idle timeout. (The DELETE waits for the
+        # setup; this client's 0.5 s request timeout gives up on its answer, not on the release.)
+        assert slow.started == 1
+        await asyncio.to_thread(slow.released_once.wait, 10)
+        assert slow.released == 1
+        assert slow.episode is None
+
+
+async def test_a_stop_during_the_start_releases_what_the_sandbox_started(policy) -> None:
+    """Cancelled while POST /episodes is in flight (the sandbox sets the task up for 3 s), the
+    episode still releases the sandbox, by the id it chose before sending the request."""
+    with LoopbackSandbox({"slow"}) as a:
+        ro, engine = make_rollout(policy, [a.url])
+        ro.algorithm.group_size = 1
+        try:
+            playing = asyncio.ensure_future(rollout_groups(ro, [task("t1")], 1))
+            while not a.started:  # the sandbox is setting the task up
+                assert not playing.done(), playing.result()
+                await asyncio.sleep(0.05)
+            playing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await playing
+            assert a.released == 1
+            assert a.episode is None
+            assert engine.generations == []  # it never played
+        finally:
+            await engine.close()
 
 
 async def test_a_cancelled_episode_hands_its_sandbox_back_before_it_ends(policy) -> None:

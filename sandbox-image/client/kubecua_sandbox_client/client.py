@@ -93,11 +93,15 @@ class SandboxClient:
         task: dict[str, Any],
         observation: ObservationOptions | None = None,
         settle: SettleOptions | None = None,
+        episode_id: str | None = None,
     ) -> EpisodeStarted:
+        """`episode_id`: choose the id (see EpisodeCreate); `release(episode_id)` then works even
+        if this call was cancelled before the reply came."""
         body = EpisodeCreate(
             task=task,
             observation=observation or ObservationOptions(),
             settle=settle or SettleOptions(),
+            episode_id=episode_id,
         )
         return await self._call("POST", "/episodes", EpisodeStarted, body.model_dump())
 

@@ -51,12 +51,22 @@ class SettleOptions(_Wire):
     )
 
 
+EPISODE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{7,63}$"
+
+
 class EpisodeCreate(_Wire):
     """Body of POST /episodes: an OSWorld task config plus observation and settle options."""
 
     task: dict[str, Any]
     observation: ObservationOptions = ObservationOptions()
     settle: SettleOptions = SettleOptions()
+    episode_id: str | None = Field(
+        default=None,
+        pattern=EPISODE_ID_PATTERN,
+        description="the caller's id for the episode (8 to 64 of A-Z a-z 0-9 . _ -); null: the "
+        "server picks one. Knowing the id before the reply, a caller that gives up on a slow "
+        "start can still release the episode with DELETE",
+    )
 
 
 class Observation(_Wire):

@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubecua_episode import actions, evaluators, osworld
@@ -65,6 +65,8 @@ class Episode:
     scored: bool = False
     active: int = 1  # calls in progress (start counts); the idle watchdog never interrupts one
     last_call: float = 0.0  # monotonic end of the latest call
+    started_up: asyncio.Event = field(default_factory=asyncio.Event)  # start returned or failed
+    released_early: bool = False  # a DELETE came while it was starting: start drops it
 
 
 @contextlib.contextmanager
@@ -103,6 +105,9 @@ class Sandbox:
         self.audio: AudioState | None = None  # the sound server's baseline, restored by reset
         self.releasing = False
         self.started = False  # True once the baseline of a clean desktop is taken
+        # Ids a DELETE named before any episode had them: a caller that chose its id and gave up
+        # on its POST releases at once, and its POST may still arrive after the DELETE.
+        self.released_unknown: dict[str, None] = {}
 
     def take_baseline(self) -> None:
         """Called once the desktop is up and pristine: what 'clean' looks like. With no pristine
@@ -184,6 +189,9 @@ class Sandbox:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, req: EpisodeCreate) -> EpisodeStarted:
+        if req.episode_id is not None and req.episode_id in self.released_unknown:
+            detail = f"episode {req.episode_id!r} was released before it started"
+            raise ApiError(409, "EpisodeReleased", detail)
         if self.episode is not None or self.releasing:
             raise ApiError(409, "SandboxBusy", "this sandbox runs an episode; try another one")
         req = req.model_copy(update={"task": self.localize(req.task)})
@@ -191,9 +199,21 @@ class Sandbox:
             osworld.validate_task(req.task)
         except osworld.TaskError as e:
             raise ApiError(422, "InvalidTask", str(e)) from e
-        ep = Episode(id=f"ep-{uuid.uuid4().hex[:12]}", request=req, started=time.monotonic())
+        eid = req.episode_id or f"ep-{uuid.uuid4().hex[:12]}"
+        ep = Episode(id=eid, request=req, started=time.monotonic())
         self.episode = ep  # claimed before the first await: a concurrent POST now gets 409
         self.metrics.busy.set(1)
+        try:
+            started = await self._start(ep, req)
+            if ep.released_early:  # its caller gave up and released it meanwhile (unscored)
+                await self._drop(ep, "unscored")
+                raise ApiError(409, "EpisodeReleased", f"episode {eid!r} was released while "
+                               "it started")  # fmt: skip
+            return started
+        finally:
+            ep.started_up.set()
+
+    async def _start(self, ep: Episode, req: EpisodeCreate) -> EpisodeStarted:
         if reason := await asyncio.to_thread(self._check_ready):
             await self._drop(ep, "setup_failed")
             raise ApiError(503, "SandboxNotReady", reason)
@@ -299,7 +319,19 @@ class Sandbox:
         return Evaluation(score=score, details=details)
 
     async def release(self, episode_id: str) -> Released:
-        ep = self.get(episode_id)
+        ep = self.episode
+        if ep is None or ep.id != episode_id:
+            self.released_unknown[episode_id] = None
+            while len(self.released_unknown) > 256:
+                del self.released_unknown[next(iter(self.released_unknown))]
+            ep = self.get(episode_id)  # 404
+        if not ep.started_up.is_set():
+            # Still starting: its caller gave up (it chose the id, so it could name it). Start
+            # drops it once setup ends (a setup cannot be interrupted halfway); answer then.
+            ep.released_early = True
+            await ep.started_up.wait()
+            return Released(reset_seconds=round(self.last_reset_seconds or 0.0, 3),
+                            clean=not self.clean_problems)  # fmt: skip
         outcome = "completed" if ep.scored else "unscored"
         return await self._drop(ep, outcome)
 

@@ -4,6 +4,7 @@ readiness, Prometheus metrics, and the idle-timeout watchdog."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import time
@@ -147,6 +148,46 @@ def test_release_kills_what_an_action_forked_and_keeps_the_warm_executor(
     assert step.status_code == 200
     assert "error" not in step.json()["info"]
     assert http.delete(f"/episodes/{eid}").json()["clean"] is True
+
+
+def test_a_release_while_the_episode_starts_waits_for_its_setup_then_resets(
+    http: httpx.Client, sandbox: LocalSandbox
+) -> None:
+    """A caller that chose the id and gave up on its POST (a stop, a timeout) releases the episode
+    while its setup still runs: the sandbox finishes the setup, resets, and is free at once,
+    not after its idle timeout. The abandoned POST gets 409 EpisodeReleased."""
+    eid = "trainer-0-abcdef12"
+    slow = {**WRITE_TASK, "config": [WRITE_TASK["config"][0],
+                                     {"type": "sleep", "parameters": {"seconds": 3}}]}  # fmt: skip
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        posted = pool.submit(http.post, "/episodes", json={"task": slow, **FAST, "episode_id": eid})
+        for _ in range(200):  # until the sandbox has claimed the id and sets the task up
+            if http.get("/status").json()["episode_id"] == eid:
+                break
+            time.sleep(0.02)
+        released = http.delete(f"/episodes/{eid}")
+        start = posted.result()
+    assert released.status_code == 200, released.text
+    assert released.json()["clean"] is True
+    assert start.status_code == 409
+    assert start.json()["reason"] == "EpisodeReleased"
+    status = http.get("/status").json()
+    assert status["busy"] is False
+    assert status["episode_id"] is None
+    assert not (sandbox.home / "task-file.txt").exists()  # the setup's file went with the reset
+
+
+def test_a_release_that_overtakes_its_start_refuses_that_start(http: httpx.Client) -> None:
+    eid = "trainer-1-abcdef12"
+    gone = http.delete(f"/episodes/{eid}")
+    assert gone.status_code == 404
+    late = http.post("/episodes", json={"task": WRITE_TASK, **FAST, "episode_id": eid})
+    assert late.status_code == 409
+    assert late.json()["reason"] == "EpisodeReleased"
+    assert http.get("/status").json()["busy"] is False
+    bad = http.post("/episodes", json={"task": WRITE_TASK, "episode_id": "../x"})
+    assert bad.status_code == 422
+    assert bad.json()["reason"] == "InvalidRequest"
 
 
 @pytest.mark.parametrize(

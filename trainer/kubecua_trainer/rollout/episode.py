@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,16 +101,22 @@ async def _on_sandbox(
 ) -> bool:
     """Run the episode on this sandbox; False when it was busy and another should be tried."""
     deadline = asyncio.get_running_loop().time() + ro.rollout.episode_timeout_seconds
-    episode_id: str | None = None
+    # Our own id, known before the reply: a stop, a timeout or a lost connection during the
+    # start still releases whatever the sandbox started (else it stays busy until its idle
+    # timeout). Only an answer that says nothing started clears it.
+    episode_id: str | None = f"ep-{uuid.uuid4().hex[:16]}"
     try:
         async with asyncio.timeout_at(deadline):
             try:
                 obs = ObservationOptions(format="png", max_pixels=None)
-                begun = await client.start_episode(task, observation=obs)
+                begun = await client.start_episode(task, observation=obs, episode_id=episode_id)
             except SandboxBusy:
+                episode_id = None
                 lease.busy()
                 return False
             except SandboxUnavailable as err:
+                if err.status is not None:  # the server answered: it dropped the episode
+                    episode_id = None
                 if err.reason in NOT_READY_REASONS:
                     lease.busy()
                     return False
@@ -117,6 +124,7 @@ async def _on_sandbox(
                 result.fail("setup_failed", str(err))
                 return True
             except InvalidRequest as err:
+                episode_id = None
                 result.fail("invalid_task", str(err))
                 return True
             episode_id, result.instruction = begun.episode_id, begun.instruction
