@@ -80,7 +80,7 @@ def test_every_panel_query_parses_as_promql(tmp_path):
     """promtool parses each query as a recording rule: a typo fails here, before any Prometheus."""
     if not shutil.which("promtool"):
         pytest.skip("promtool is missing: `make setup-apt` installs Debian's prometheus package")
-    rules = []
+    rules: list[dict] = []
     for path in sorted(SHIPPED.glob("*.json")):
         for panel in json.loads(path.read_text())["panels"]:
             for target in panel.get("targets", []):

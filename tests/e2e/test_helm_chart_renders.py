@@ -6,6 +6,7 @@ No cluster: `helm lint` and `helm template` only."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -19,7 +20,14 @@ ALL_ON = ",".join(
 
 
 def render(*sets: str, namespace: str = "kubecua-system") -> list[dict]:
-    args = [binary("helm"), "template", "kubecua", CHART, "-n", namespace]
+    args: list[str | os.PathLike[str]] = [
+        binary("helm"),
+        "template",
+        "kubecua",
+        CHART,
+        "-n",
+        namespace,
+    ]
     for s in sets:
         args += ["--set", s]
     return [d for d in yaml.safe_load_all(run(args).stdout) if d]
@@ -33,7 +41,8 @@ def one(docs: list[dict], kind: str, name: str = "") -> dict:
 
 @pytest.mark.parametrize("sets", [[], [ALL_ON], ["rbac.scope=namespace"]])
 def test_helm_lint_is_clean_in_strict_mode(sets):
-    args = [binary("helm"), "lint", "--strict", CHART] + [a for s in sets for a in ("--set", s)]
+    args: list[str | os.PathLike[str]] = [binary("helm"), "lint", "--strict", CHART]
+    args += [a for s in sets for a in ("--set", s)]
     out = run(args).stdout
     assert "1 chart(s) linted, 0 chart(s) failed" in out
     assert "[WARNING]" not in out

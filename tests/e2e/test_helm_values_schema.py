@@ -3,6 +3,7 @@ and the chart's own values (and every documented variant) pass it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -13,7 +14,7 @@ CHART = REPO / "charts" / "kubecua"
 
 
 def template(*sets: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    args = [binary("helm"), "template", "kubecua", CHART]
+    args: list[str | os.PathLike[str]] = [binary("helm"), "template", "kubecua", CHART]
     for s in sets:
         args += ["--set", s]
     return run(args, check=check)

@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,6 +29,8 @@ import httpx
 import pytest
 import yaml
 
+from kubecua_testkit.components import free_port
+from kubecua_testkit.prom import query, query_range
 from kubecua_testkit.tools import REPO, binary, cache_dir, run
 
 NS = f"kc-prom-{os.getpid()}"
@@ -52,12 +53,6 @@ ONLY_ON_FAILURE = {
 RATE_INTERVAL = "15s"  # Grafana's $__rate_interval for a 1 s scrape interval
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def free_display(start: int, taken: set[int]) -> int:
     n = start
     while n in taken or Path(f"/tmp/.X{n}-lock").exists() or Path(f"/tmp/.X11-unix/X{n}").exists():
@@ -70,7 +65,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, headers: dict | 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} was up")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before {url} was up")
         try:
             if httpx.get(url, headers=headers, timeout=2).status_code == 200:
                 return
@@ -179,7 +174,9 @@ def need(path: Path, how: str) -> None:
 
 def start_sandboxes(stack: ExitStack, tmp: Path) -> list[str]:
     """SANDBOXES local desktops with episode servers, all ready; returns their URLs."""
-    urls, displays, procs = [], set(), []
+    urls: list[str] = []
+    displays: set[int] = set()
+    procs = []
     for i in range(SANDBOXES):
         display = free_display(150, displays)
         displays.add(display)
@@ -290,19 +287,6 @@ def stack(cluster, tmp_path_factory) -> Iterator[dict]:
         run_trainer(stack, tmp, urls, trainer_port, token)
         yield {"api": api, "start": started, "end": time.time(), "tmp": tmp,
                "ports": {"metrics": op_port, "health": health_port}}  # fmt: skip
-
-
-def query(api: str, expr: str, at: float) -> dict:
-    r = httpx.get(f"{api}/api/v1/query", params={"query": expr, "time": at}, timeout=30)
-    assert r.status_code == 200, f"{expr}: {r.text}"
-    return r.json()["data"]
-
-
-def query_range(api: str, expr: str, start: float, end: float) -> list[dict]:
-    params = {"query": expr, "start": start, "end": end, "step": "1s"}
-    r = httpx.get(f"{api}/api/v1/query_range", params=params, timeout=30)
-    assert r.status_code == 200, f"{expr}: {r.text}"
-    return r.json()["data"]["result"]
 
 
 def panel_queries() -> list[tuple[str, str, str]]:

@@ -30,6 +30,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -40,6 +41,7 @@ from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster
 from kubecua_testkit.components import free_port, http_ok, wait_until
 from kubecua_testkit.monitors import Discovery, scrape_configs
+from kubecua_testkit.prom import query_range
 from kubecua_testkit.tools import REPO, binary, cache_dir
 from kubecua_testkit.wait import wait_for_objects
 
@@ -262,7 +264,7 @@ TRAINER_IMAGE = "localhost/kubecua/trainer:dev"
 
 def host_volume(cluster: Cluster, ns: str, name: str, path: Path, read_only: bool) -> None:
     """A hostPath PersistentVolume on the real node and the claim bound to it by name."""
-    pv = {
+    pv: dict[str, Any] = {
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": f"{ns}-{name}"},
         "spec": {"capacity": {"storage": "1Gi"}, "storageClassName": "",
@@ -475,13 +477,6 @@ def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(
     assert "step 2:" in second, second[-3000:]
     assert "step 1:" not in second, second[-3000:]
     assert (training["ckpt"] / "step-00000001").is_dir()
-
-
-def query_range(api: str, expr: str, start: float, end: float) -> list[dict]:
-    params = {"query": expr, "start": start, "end": end, "step": "1s"}
-    r = httpx.get(f"{api}/api/v1/query_range", params=params, timeout=30)
-    assert r.status_code == 200, f"{expr}: {r.text}"
-    return r.json()["data"]["result"]
 
 
 def _scraped_after(api: str, at: float) -> bool:

@@ -76,7 +76,12 @@ class LineReader:
         self.lines: queue.Queue[str] = queue.Queue()
         assert proc.stdout is not None
         out = proc.stdout
-        threading.Thread(target=lambda: [self.lines.put(x) for x in out], daemon=True).start()
+
+        def pump() -> None:
+            for line in out:
+                self.lines.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
 
     def wait_for(self, want: list[str], timeout: float) -> float:
         """Seconds until a line equal to `want` (as JSON) arrives."""
