@@ -65,11 +65,7 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> str:
     """Write <dir>/step-<step> atomically (temp dir, then rename); returns its path."""
-    root = Path(dir)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:08d}"
-    tmp = root / f".tmp-step-{step:08d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
     with policy.lock:
         policy.model.save_pretrained(tmp)  # type: ignore[operator]
         torch.save(learner.state_dict(), tmp / "optimizer.pt")
@@ -79,10 +75,7 @@ def save_checkpoint(
     if rng:
         torch.save(_rng_state(), tmp / "rng.pt")
     (tmp / STATE_FILE).write_text(json.dumps({"step": step, "extra": extra or {}}, indent=1))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    return str(final)
+    return _publish_dir(tmp, final)
 
 
 def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
@@ -150,10 +143,32 @@ def _fresh_tmp(root: Path, name: str) -> tuple[Path, Path]:
 
 
 def _publish_dir(tmp: Path, final: Path) -> str:
+    """Make tmp durable, then rename it to final. Without the flush a node that loses power
+    right after the rename may keep a complete-looking checkpoint of empty files, and older
+    ones are pruned by then."""
+    _fsync_tree(tmp)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    _fsync(final.parent)
     return str(final)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):  # files before their directories
+        _fsync(path)
+    _fsync(root)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not path.is_dir():  # some filesystems cannot sync a directory; files must sync
+            raise
+    finally:
+        os.close(fd)
 
 
 def save_weights(dir: str | Path, step: int, policy: Policy, keep: int = 2) -> str:
