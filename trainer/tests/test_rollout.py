@@ -11,11 +11,12 @@ import pytest
 import torch
 from loopback_sandbox import TOKEN, LoopbackSandbox, task
 
+from kubecua_sandbox_client import SandboxClient
 from kubecua_trainer.config import AlgorithmConfig, RolloutConfig
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.model import Policy
-from kubecua_trainer.rollout.episode import Rollout
+from kubecua_trainer.rollout.episode import Rollout, _release
 from kubecua_trainer.rollout.groups import rollout_groups
 from kubecua_trainer.sources.leases import SandboxLeases
 
@@ -188,6 +189,29 @@ async def test_a_cancelled_episode_hands_its_sandbox_back_before_it_ends(policy)
             assert a.episode is None
         finally:
             await engine.close()
+
+
+async def test_a_release_the_sandbox_answers_404_leaves_it_usable(policy) -> None:
+    """404 to a release: the sandbox holds no such episode (its watchdog reset it, or a DELETE
+    overtook the POST we gave up on). Nothing is left to reset, so it does not cool off; any
+    other failed release does."""
+    leases = SandboxLeases(cooloff_seconds=60)
+    with LoopbackSandbox() as a:
+        leases.set_ready([a.url])
+        client = SandboxClient(a.url, TOKEN, timeout=10)
+        try:
+            async with leases.lease() as lease:
+                await _release(client, lease, "ep-gone-0000")
+            assert leases.counts()["cooling"] == 0
+        finally:
+            await client.aclose()
+    client = SandboxClient(a.url, TOKEN, timeout=10)  # the sandbox is gone now: unreachable
+    try:
+        async with leases.lease() as lease:
+            await _release(client, lease, "ep-gone-0001")
+        assert leases.counts()["cooling"] == 1
+    finally:
+        await client.aclose()
 
 
 async def test_busy_sandbox_is_waited_for_not_evicted(policy) -> None:

@@ -222,6 +222,13 @@ async def _evaluate(
         sample.task_id, sample.group_id = result.task_id, result.group_id
 
 
+def _never_started(hand_back: asyncio.Future[Any]) -> bool:
+    """A 404 to a release: the sandbox holds no such episode (a DELETE that overtook the POST we
+    gave up on, which it will now refuse; or its idle watchdog reset it already)."""
+    err = None if hand_back.cancelled() else hand_back.exception()
+    return isinstance(err, InvalidRequest) and err.status == 404
+
+
 async def _release(client: SandboxClient, lease: Lease, episode_id: str) -> None:
     # A cancelled episode (a stop; train.py cancels in-flight work, then cancels it again on its
     # way out) still hands its sandbox back, and finishes doing so (RELEASE_TIMEOUT bounds it)
@@ -236,7 +243,8 @@ async def _release(client: SandboxClient, lease: Lease, episode_id: str) -> None
             cancelled = True
         except Exception:
             break
-    if hand_back.cancelled() or hand_back.exception() is not None:
+    failed = hand_back.cancelled() or hand_back.exception() is not None
+    if failed and not _never_started(hand_back):
         lease.bad()  # it did not confirm a clean reset; let it cool off
     if cancelled:
         raise asyncio.CancelledError
