@@ -233,10 +233,12 @@ def connect(cluster: Cluster, ns: str, pod: str, ip: str, port: int) -> str:
 def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, pool):
     """The pool's default-deny NetworkPolicy, enforced: a pod with the pool's client label (which
     the operator gives the trainer) reaches a sandbox's episode server; a pod without it does
-    not, though it reaches the operator, which no policy guards."""
+    not, though it reaches the operator, which no policy guards. And a sandbox, whose pool lists
+    no egress rules, reaches nothing: not even that operator (an agent's code runs in it)."""
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod(pool, label_selector=f"kubecua.dev/pool={POOL}").items
-    sandbox = next(p.status.pod_ip for p in pods if ready(p))
+    sandbox_pod = next(p for p in pods if ready(p))
+    sandbox = sandbox_pod.status.pod_ip
     operator = core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR).items[0].status.pod_ip
     probes = {"stranger": {"app": "stranger"}, "client": {f"kubecua.dev/client-of-{POOL}": "true"}}
     for name, labels in probes.items():
@@ -252,6 +254,8 @@ def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, 
         assert connect(cluster, pool, "stranger", operator, 8081) == "open"
         refused = connect(cluster, pool, "stranger", sandbox, 8000)
         assert refused.startswith("blocked:"), refused
+        egress = connect(cluster, pool, sandbox_pod.metadata.name, operator, 8081)
+        assert egress.startswith("blocked:"), egress
     finally:
         cluster.kubectl("delete", "pod", "-n", pool, *probes, "--grace-period=0", check=False)
 
