@@ -6,7 +6,8 @@ $(eval $(call python-project,episode,sandbox-image/episode-server))
 TEST_TARGETS += test-episode
 EPISODE_PY := sandbox-image/episode-server/.venv/bin/python
 
-.PHONY: sandbox-env test-episode test-sandbox-image bench-sandbox
+.PHONY: sandbox-env test-episode test-sandbox-image bench-sandbox lint-tasks
+LINT_TARGETS += lint-tasks
 sandbox-env: setup-apt desktop-env episode-env desktop-host desktop-account ## apt packages, desktop and episode venvs, chrome link, desktop account: local sandboxes
 
 test-episode: sandbox-env ## episode server, task suite (reference/no-op/wrong) and launcher on real Xvfb desktops
@@ -24,3 +25,12 @@ test-sandbox-image: episode-env ## build the sandbox image (if its inputs change
 
 bench-sandbox: sandbox-env ## JSON: step overhead, settle, screenshot encode, reset, container cold start, OSWorld anchor
 	$(EPISODE_PY) sandbox-image/bench/bench_sandbox.py
+
+# The offline task suite's generators (sandbox-image/tasks), in the episode server's venv (openpyxl,
+# python-docx): ruff, mypy, and no task JSON that differs from what the tables write.
+lint-tasks: episode-env ## task suite generators: ruff, mypy, and no stale task JSON
+	cd sandbox-image/tasks && ../episode-server/.venv/bin/ruff format --check . \
+		&& ../episode-server/.venv/bin/ruff check . \
+		&& ../episode-server/.venv/bin/mypy --python-version 3.11 --ignore-missing-imports \
+			--check-untyped-defs --cache-dir ../episode-server/.mypy_cache *.py
+	$(EPISODE_PY) sandbox-image/tasks/make_tasks.py --check

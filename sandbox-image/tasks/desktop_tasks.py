@@ -75,7 +75,9 @@ SAVE_AS = gui(
     "pyautogui.hotkey('ctrl', 'shift', 's')\n" + poll("active() == 'Save As'") + "\ntime.sleep(0.3)"
 )
 # Enter in the dialog, then wait (up to 30 s) for the editor's title to name the saved file.
-SAVED_AS = gui("import subprocess\npyautogui.press('enter')\n" + poll(f"'list-final.txt' in {WINDOWS}"))
+SAVED_AS = gui(
+    "import subprocess\npyautogui.press('enter')\n" + poll(f"'list-final.txt' in {WINDOWS}")
+)
 task(
     "editor", "gedit-shopping-list",
     "The text editor has list.txt open with two items. Add the items eggs and bread on their own lines at the end, then save it as list-final.txt in your home folder.",

@@ -17,6 +17,9 @@ the desktop); GUI tasks type and click for real. Leaves out: tasks needing the i
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from taskkit import (
     FAIL,
     TASKS,
@@ -28,6 +31,7 @@ from taskkit import (
     poll,
     py,
     sh,
+    stale_files,
     task,
     wait_drawn,
     wait_window,
@@ -379,10 +383,14 @@ task(
     [py("import subprocess; subprocess.run(['mkdir', '-p', str(HOME/'logs'/'2024')], check=True)")],
     [py("import subprocess; subprocess.run(['mkdir', '-p', str(HOME/'logs'/'2023')], check=True)")],
 )
+
+
 # ---- text editor (gedit), typed and saved through the GUI -----------------------------------
 def saved(tid: str) -> dict:
     """Ctrl+S, then wait (up to 30 s) until gedit's title drops the '*' of unsaved changes."""
-    return gui("import subprocess\npyautogui.hotkey('ctrl', 's')\n" + poll(f"' {tid}.txt (' in {WINDOWS}"))
+    return gui(
+        "import subprocess\npyautogui.hotkey('ctrl', 's')\n" + poll(f"' {tid}.txt (' in {WINDOWS}")
+    )
 
 
 for _i, (tid, text) in enumerate(
@@ -415,13 +423,19 @@ for _i, (tid, text) in enumerate(
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Write the offline task suite's JSON files.")
+    parser.add_argument("--check", action="store_true", help="write nothing; fail if any is stale")
+    args = parser.parse_args()
     # The other tables register their tasks on import (TASKS is shared).
     import browser_tasks  # noqa: F401
     import desktop_tasks  # noqa: F401
     import office_tasks  # noqa: F401
     import system_tasks  # noqa: F401
 
-    write_all()
+    if not args.check:
+        write_all()
+    elif stale := stale_files():
+        sys.exit(f"stale task files (run {sys.argv[0]} to rewrite them): {', '.join(stale)}")
 
 
 if __name__ == "__main__":

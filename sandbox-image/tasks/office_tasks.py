@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Sequence
 
 import docx
 import openpyxl
@@ -31,7 +32,7 @@ def stable(document: bytes) -> bytes:
     return out.getvalue()
 
 
-def xlsx(rows: list[tuple[object, ...]]) -> bytes:
+def xlsx(rows: Sequence[tuple[object, ...]]) -> bytes:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "Sheet1"

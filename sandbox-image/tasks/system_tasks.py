@@ -28,7 +28,9 @@ task(
 
 def vlcrc_set(line: str) -> dict:
     """Edit VLC's config as its Preferences dialog saves it (VLC is not running)."""
-    return py(f"rc = HOME / '.config/vlc/vlcrc'\nrc.write_text(rc.read_text().replace('[qt]\\n', '[qt]\\n{line}\\n', 1))")
+    return py(
+        f"rc = HOME / '.config/vlc/vlcrc'\nrc.write_text(rc.read_text().replace('[qt]\\n', '[qt]\\n{line}\\n', 1))"
+    )
 
 
 task(
@@ -47,7 +49,9 @@ task(
 
 
 def gimprc(text: str) -> dict:
-    return py(f"rc = HOME / '.config/GIMP/2.10/gimprc'\nrc.parent.mkdir(parents=True, exist_ok=True)\nrc.write_text({text!r})")
+    return py(
+        f"rc = HOME / '.config/GIMP/2.10/gimprc'\nrc.parent.mkdir(parents=True, exist_ok=True)\nrc.write_text({text!r})"
+    )
 
 
 task(
@@ -66,7 +70,9 @@ task(
 
 
 def volume(percent: int) -> dict:
-    return py(f"import subprocess\nsubprocess.run(['pactl', 'set-sink-volume', '@DEFAULT_SINK@', '{percent}%'], check=True)")
+    return py(
+        f"import subprocess\nsubprocess.run(['pactl', 'set-sink-volume', '@DEFAULT_SINK@', '{percent}%'], check=True)"
+    )
 
 
 task(
@@ -81,7 +87,9 @@ task(
 
 
 def xdg_default(types: str) -> dict:
-    return py(f"import subprocess\nsubprocess.run('xdg-mime default vlc.desktop ' + {types}, shell=True, check=True)")
+    return py(
+        f"import subprocess\nsubprocess.run('xdg-mime default vlc.desktop ' + {types}, shell=True, check=True)"
+    )
 
 
 # Every video type VLC's desktop entry claims (what desktop-env's default_video_player counts).
@@ -105,7 +113,9 @@ task(
 # evaluation closes the browser first (kubecua_episode.chrome).
 SHOW_BAR = gui("pyautogui.hotkey('ctrl', 'shift', 'b')")
 # In the bubble: Tab to the folder list, Up to "Bookmarks bar", Tab Tab to Done.
-BOOKMARK = gui("pyautogui.hotkey('ctrl', 'd'); time.sleep(1.0); pyautogui.press(['tab', 'up', 'tab', 'tab', 'enter'], interval=0.2)")
+BOOKMARK = gui(
+    "pyautogui.hotkey('ctrl', 'd'); time.sleep(1.0); pyautogui.press(['tab', 'up', 'tab', 'tab', 'enter'], interval=0.2)"
+)
 task(
     "system", "chrome-bookmark-page",
     "Bookmark the page that is open in the browser, in the bookmarks bar.",

@@ -108,10 +108,10 @@ def launch(*argv: str) -> dict:
     return {"type": "launch", "parameters": {"command": list(argv)}}
 
 
-def write_all() -> None:
+def task_files() -> dict[str, str]:
+    """Every task file's path under tasks/ and its text: <area>/<id>.json and its solutions."""
+    files = {}
     for t in TASKS:
-        folder = HERE / t["area"]
-        folder.mkdir(exist_ok=True)
         body = {
             "id": t["id"],
             "snapshot": t["area"],
@@ -124,10 +124,25 @@ def write_all() -> None:
             "proxy": False,
             "difficulty": max(1, len(t["reference"]) - 1),
         }
-        (folder / f"{t['id']}.json").write_text(json.dumps(body, indent=2) + "\n")
+        files[f"{t['area']}/{t['id']}.json"] = json.dumps(body, indent=2) + "\n"
         sols = {"reference": t["reference"], "wrong": t["wrong"]}
-        (folder / f"{t['id']}.solutions.json").write_text(json.dumps(sols, indent=2) + "\n")
+        files[f"{t['area']}/{t['id']}.solutions.json"] = json.dumps(sols, indent=2) + "\n"
+    return files
+
+
+def write_all() -> None:
+    for name, text in task_files().items():
+        (HERE / name).parent.mkdir(exist_ok=True)
+        (HERE / name).write_text(text)
     print(f"wrote {len(TASKS)} tasks")
+
+
+def stale_files() -> list[str]:
+    """Task files that differ from what the tables say, or that no table writes any more."""
+    want = task_files()
+    have = {str(p.relative_to(HERE)) for p in HERE.glob("*/*.json")}
+    return sorted(n for n in want.keys() | have
+                  if n not in have or n not in want or (HERE / n).read_text() != want[n])  # fmt: skip
 
 
 def wait_drawn(min_colors: int = 300, seconds: int = 90) -> dict:
