@@ -196,22 +196,21 @@ async def test_a_release_the_sandbox_answers_404_leaves_it_usable(policy) -> Non
     overtook the POST we gave up on). Nothing is left to reset, so it does not cool off; any
     other failed release does."""
     leases = SandboxLeases(cooloff_seconds=60)
-    with LoopbackSandbox() as a:
-        leases.set_ready([a.url])
-        client = SandboxClient(a.url, TOKEN, timeout=10)
+
+    async def release_and_count_cooling(url: str, episode_id: str) -> int:
+        client = SandboxClient(url, TOKEN, timeout=10)
         try:
             async with leases.lease() as lease:
-                await _release(client, lease, "ep-gone-0000")
-            assert leases.counts()["cooling"] == 0
+                await _release(client, lease, episode_id)
         finally:
             await client.aclose()
-    client = SandboxClient(a.url, TOKEN, timeout=10)  # the sandbox is gone now: unreachable
-    try:
-        async with leases.lease() as lease:
-            await _release(client, lease, "ep-gone-0001")
-        assert leases.counts()["cooling"] == 1
-    finally:
-        await client.aclose()
+        return leases.counts()["cooling"]
+
+    with LoopbackSandbox() as a:
+        leases.set_ready([a.url])
+        assert await release_and_count_cooling(a.url, "ep-gone-0000") == 0
+    # the sandbox is gone now: unreachable, so its release fails and it cools off
+    assert await release_and_count_cooling(a.url, "ep-gone-0001") == 1
 
 
 async def test_busy_sandbox_is_waited_for_not_evicted(policy) -> None:
