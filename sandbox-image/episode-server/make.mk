@@ -31,6 +31,6 @@ bench-sandbox: sandbox-env ## JSON: step overhead, settle, screenshot encode, re
 lint-tasks: episode-env ## task suite generators: ruff, mypy, and no stale task JSON
 	cd sandbox-image/tasks && ../episode-server/.venv/bin/ruff format --check . \
 		&& ../episode-server/.venv/bin/ruff check . \
-		&& ../episode-server/.venv/bin/mypy --python-version 3.11 --ignore-missing-imports \
-			--check-untyped-defs --cache-dir ../episode-server/.mypy_cache *.py
+		&& ../episode-server/.venv/bin/mypy --config-file ../episode-server/pyproject.toml \
+			--cache-dir ../episode-server/.mypy_cache *.py
 	$(EPISODE_PY) sandbox-image/tasks/make_tasks.py --check

@@ -207,8 +207,8 @@ class Sandbox:
             started = await self._start(ep, req)
             if ep.released_early:  # its caller gave up and released it meanwhile (unscored)
                 await self._drop(ep, "unscored")
-                raise ApiError(409, "EpisodeReleased", f"episode {eid!r} was released while "
-                               "it started")  # fmt: skip
+                detail = f"episode {eid!r} was released while it started"
+                raise ApiError(409, "EpisodeReleased", detail)
             return started
         finally:
             ep.started_up.set()
