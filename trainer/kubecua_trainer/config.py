@@ -92,6 +92,13 @@ class ClipConfig(_Model):
         return self
 
 
+class GspoClipConfig(ClipConfig):
+    # Its own defaults, not ClipConfig's: a user who sets only `high` must get the paper's `low`,
+    # and the CRD (which defaults each field) must agree field by field.
+    low: float = Field(default=3e-4, ge=0, le=1, description="Lower clip (ratio >= 1 - low).")
+    high: float = Field(default=4e-4, ge=0, le=1, description="Upper clip (ratio <= 1 + high).")
+
+
 class ReplayConfig(_Model):
     enabled: bool = Field(
         default=False, description="Inject stored successes into all-fail groups."
@@ -129,7 +136,27 @@ class AlgorithmConfig(_Model):
     )
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    temperature_end: float | None = Field(
+        default=None,
+        gt=0,
+        description="Temperature schedule: linear from temperature at step 1 to this at the last"
+        " step (Slime-OSWorld goes 0.8 -> 0.5); unset keeps temperature.",
+    )
     max_new_tokens: int = Field(default=256, ge=1, description="Generated tokens per turn.")
+    policy_loss: Literal["ppo", "gspo"] = Field(
+        default="ppo",
+        description="ppo: per-token ratio and clip; gspo: one length-normalised ratio per"
+        " sequence, clipped by gspoClip (GSPO, arXiv 2507.18071).",
+    )
+    gspo_clip: GspoClipConfig = Field(
+        default_factory=lambda: GspoClipConfig(),
+        description="policyLoss gspo: clip range of the sequence ratio (the paper's 3e-4/4e-4).",
+    )
+    entropy_coef: float = Field(
+        default=0.0,
+        ge=0,
+        description="Entropy bonus: subtracts coef x mean token entropy from the loss.",
+    )
 
 
 class RolloutConfig(_Model):
@@ -189,6 +216,43 @@ class KueueConfig(_Model):
     queue_name: str | None = Field(default=None, description="Sets kueue.x-k8s.io/queue-name.")
 
 
+class EvaluationConfig(_Model):
+    tasks: TasksConfig = Field(
+        description="Held-out OSWorld tasks: never trained on (an id also in spec.tasks is refused)."
+    )
+    every_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Evaluate every N steps; 0 = only before the first step and after the last.",
+    )
+    at_start: bool = Field(default=True, description="Evaluate before the first step (step 0).")
+    episodes_per_task: int = Field(
+        default=1, ge=1, le=64, description="Episodes per task: success rate and pass@k (k <= n)."
+    )
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 = greedy.")
+    max_turns: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description="Agent turns per episode; default algorithm.maxTurns.",
+    )
+
+
+class WarmupConfig(_Model):
+    demonstrations: str = Field(
+        description="A JSONL file, or a directory of them, in the trajectory format the trainer"
+        " writes for its episodes (docs/trajectories.md); on the model or checkpoint volume in a"
+        " cluster."
+    )
+    epochs: int = Field(default=1, ge=1, le=1000, description="Passes over the demonstrations.")
+    batch_size: int = Field(default=8, ge=1, description="Demonstrations per optimizer step.")
+    learning_rate: float = Field(default=1e-5, gt=0, description="AdamW learning rate.")
+    successes_only: bool = Field(
+        default=True,
+        description="Use only demonstrations whose outcome is success (reward >= 1).",
+    )
+
+
 class TrainingRunSpec(_Model):
     model: ModelConfig = Field(description="The policy to train.")
     sandboxes: SandboxesConfig = Field(description="Where desktops come from.")
@@ -203,7 +267,15 @@ class TrainingRunSpec(_Model):
     checkpoint: CheckpointConfig = Field(
         default_factory=lambda: CheckpointConfig(), description="Saves."
     )
-    steps: int = Field(ge=1, description="GRPO steps to run.")
+    evaluation: EvaluationConfig | None = Field(
+        default=None, description="Held-out evaluation before, during and after training."
+    )
+    warmup: WarmupConfig | None = Field(
+        default=None, description="Supervised warm-up on demonstrations before the first step."
+    )
+    steps: int = Field(
+        ge=0, description="GRPO steps to run; 0 = evaluate the model only (needs evaluation)."
+    )
     suspend: bool = Field(default=False, description="Pause the run (operator).")
     backoff_limit: int = Field(default=3, ge=0, description="Trainer restarts before Failed.")
     metrics: MetricsConfig = Field(
@@ -216,6 +288,12 @@ class TrainingRunSpec(_Model):
     output_dir: str | None = Field(
         default=None, description="Local mode: reports/episodes/checkpoints."
     )
+
+    @model_validator(mode="after")
+    def _evaluation_only_needs_evaluation(self) -> TrainingRunSpec:
+        if self.steps == 0 and self.evaluation is None:
+            raise ValueError("steps 0 evaluates the model only: set spec.evaluation")
+        return self
 
 
 class TrainingRun(BaseModel):
@@ -283,6 +361,10 @@ def _resolve_paths(spec: TrainingRunSpec, base: Path) -> None:
 
     if spec.tasks.path is not None:
         spec.tasks.path = resolve(spec.tasks.path)
+    if spec.evaluation is not None and spec.evaluation.tasks.path is not None:
+        spec.evaluation.tasks.path = resolve(spec.evaluation.tasks.path)
+    if spec.warmup is not None:
+        spec.warmup.demonstrations = resolve(spec.warmup.demonstrations)
     if spec.output_dir is not None:
         spec.output_dir = resolve(spec.output_dir)
     spec.model.path = resolve(spec.model.path)

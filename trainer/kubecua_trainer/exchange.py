@@ -40,10 +40,13 @@ def strip(groups: list[Group], rank: int, step: int) -> Held:
     held, n = Held(), 0
     for g in groups:
         for ep in g.episodes:
-            held.screens[ep.key] = ([t.screenshot for t in ep.turns], ep.final_screenshot)
+            held.screens[ep.key] = (
+                [(t.screenshot, t.screen) for t in ep.turns],
+                (ep.final_screenshot, ep.final_screen),
+            )
             for t in ep.turns:
-                t.screenshot = None
-            ep.final_screenshot = None
+                t.screenshot, t.screen = None, None
+            ep.final_screenshot, ep.final_screen = None, None
             for s in ep.samples:
                 if s.pixel_values is not None:
                     s.pixels_key = f"{rank}/{step}/{n}"
@@ -61,9 +64,9 @@ def gather_screens(d: Dist, groups: list[Group], held: Held) -> None:
     for g in groups:
         for ep in g.episodes:
             if ep.key in screens:
-                turns, ep.final_screenshot = screens[ep.key]
-                for t, shot in zip(ep.turns, turns, strict=True):
-                    t.screenshot = shot
+                turns, (ep.final_screenshot, ep.final_screen) = screens[ep.key]
+                for t, (shot, encoded) in zip(ep.turns, turns, strict=True):
+                    t.screenshot, t.screen = shot, encoded
 
 
 def deliver_pixels(d: Dist, held: Held, need: list[list[Sample]]) -> int:

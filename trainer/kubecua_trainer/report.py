@@ -18,6 +18,7 @@ import jinja2
 from PIL import Image
 
 from kubecua_trainer.rollout.records import EpisodeResult
+from kubecua_trainer.trajectories import write_trajectories
 
 _TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>kubecua run {{ name }}</title>
@@ -60,15 +61,9 @@ class RunReport:
         return self.dir / "curves.png"
 
     def save_episodes(self, step: int, episodes: list[EpisodeResult]) -> Path:
-        """Append the step's episodes to episodes/step-NNNN.jsonl and write their screenshots."""
+        """Append the step's episodes to episodes/step-NNNN.jsonl (trajectories.py format)."""
         path = self.dir / "episodes" / f"step-{step:04d}.jsonl"
-        with path.open("a") as f:
-            for ep in episodes:
-                line = ep.summary()
-                line["step"] = step
-                line["screens"] = self._save_screens(ep)
-                f.write(json.dumps(line) + "\n")
-        return path
+        return write_trajectories(path, episodes, step=step)
 
     def _save_screens(self, ep: EpisodeResult) -> list[str | None]:
         folder = self.dir / "episodes" / "screens" / ep.key

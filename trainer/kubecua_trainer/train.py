@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from kubecua_trainer import pipeline
 from kubecua_trainer.batch import Batch, assemble_batch, episodes_of, validate_samples
 from kubecua_trainer.checkpoint import (
     checkpoint_time,
@@ -355,6 +356,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
                             d, gen)  # fmt: skip
                 if saver.path is not None and getattr(engine, "loads_from_disk", False):
                     await _sync_engine(loop, saver.step, saver.path)
+                await pipeline.before_steps(loop)  # warm-up, then the step-0 evaluation
                 await _loop(first_step, loop)
             if stop.requested.is_set() and saver.step < spec.steps:  # finished: not a stop
                 result.stopped_at = saver.step
@@ -413,6 +415,8 @@ async def _loop(first_step: int, lp: Loop) -> None:
                 saver.metrics.observe_gpu()
             if lp.opts.on_step is not None:
                 lp.opts.on_step(step, stats)
+            if not stopping:
+                await pipeline.after_step(lp, step)  # the held-out evaluation, when due
             if stopping:
                 stop.requested.set()  # agreed by the ranks: a stop here too, whoever saw it
                 return

@@ -158,6 +158,7 @@ async def _play_turns(
         reply = ro.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         ctx.add_generation(gen, reply)
         turn = Turn(shown.image if shown else None, reply, None)
+        turn.screen = shown.encoded if shown else None
         turn.gen_tokens, turn.gen_seconds = len(gen.token_ids), time.monotonic() - t0
         result.turns.append(turn)
         try:
@@ -178,7 +179,8 @@ async def _play_turns(
             user = (next_user_text(turn_no + 2), screen)
         else:
             user = (turn.feedback or "", None)
-    result.final_screenshot = screen.image
+    result.final_screenshot, result.final_screen = screen.image, screen.encoded
+    result.screen_size = (screen.screen_width, screen.screen_height)
     await _evaluate(client, episode_id, result, ctx)
 
 

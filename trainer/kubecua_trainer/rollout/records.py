@@ -34,6 +34,7 @@ class Turn:
     gen_tokens: int = 0
     gen_seconds: float = 0.0
     env_seconds: float | None = None  # the sandbox step call, when one was made
+    screen: bytes | None = None  # the screenshot at the desktop's full size, as it sent it
 
 
 @dataclass
@@ -48,6 +49,8 @@ class EpisodeResult:
     reward: float | None = None
     turns: list[Turn] = field(default_factory=list)
     final_screenshot: Image.Image | None = None
+    final_screen: bytes | None = None  # full size, as the desktop sent it
+    screen_size: tuple[int, int] | None = None  # the desktop's (width, height)
     samples: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
     sandbox_seconds: float = 0.0  # time a sandbox was held for it (waiting for one excluded)

@@ -35,6 +35,7 @@ class Screen:
     image: Image.Image  # what the model sees
     screen_width: int  # what the desktop has
     screen_height: int
+    encoded: bytes | None = None  # the desktop's own PNG/JPEG at full size (trajectory files)
 
     @property
     def scale(self) -> tuple[float, float]:
@@ -46,9 +47,10 @@ def decode_screen(b64: str, fit: Callable[[Image.Image], Image.Image]) -> Screen
     """Decode a base64 PNG/JPEG and `fit` it for the model (CPU work: call in a thread).
 
     `fit` is tokens.fit_image bound to the policy, so the image is the one the model sees."""
-    raw = Image.open(io.BytesIO(base64.b64decode(b64, validate=True)))
+    data = base64.b64decode(b64, validate=True)
+    raw = Image.open(io.BytesIO(data))
     raw.load()
-    return Screen(fit(raw.convert("RGB")), raw.width, raw.height)
+    return Screen(fit(raw.convert("RGB")), raw.width, raw.height, data)
 
 
 def fit_to_cap(max_pixels: int, factor: int = 28) -> Callable[[Image.Image], Image.Image]:

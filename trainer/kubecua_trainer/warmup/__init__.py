@@ -1,0 +1,1 @@
+"""Supervised warm-up: fine-tuning on demonstrations (trajectories.py format) before GRPO."""
