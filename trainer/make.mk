@@ -13,16 +13,18 @@ $(TINY_MODEL_STAMP): | trainer-env
 	trainer/.venv/bin/python -m kubecua_trainer.testing.tiny_models $(TINY_MODEL) --family qwen2_5_vl
 	rm -f $(TINY_MODEL)/.inputs-* && touch $@
 
-# The demo warm-starts the tiny model on its tasks' solutions first (a demo crutch, cached by a
-# hash of its inputs; see testing/warm_start.py), so that GRPO has mixed rewards to learn from.
 # Each demo starts afresh: a run would otherwise resume from the last demo's checkpoints.
 DEMO_MANIFEST := examples/trainingrun-local.yaml
 DEMO_OUT := out/demo
 
-demo: setup-apt trainer-env sandbox-env $(TINY_MODEL_STAMP) ## the main job: a TrainingRun locally (tiny model, CPU, 2 Xvfb desktops); metrics on 127.0.0.1:9400
-	trainer/.venv/bin/python -m kubecua_trainer.testing.warm_start $(TINY_MODEL) $(DEMO_MANIFEST) --cache $(KUBECUA_CACHE)/models
+# It first builds the small model and records the warm-up's demonstrations on real desktops
+# (both cached under $(KUBECUA_CACHE) by a hash of their inputs; learningbench/run.py --prepare),
+# and ends with held-out success before and after (learningbench/summary.py).
+demo: setup-apt trainer-env sandbox-env ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
+	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --prepare
 	rm -rf $(DEMO_OUT)
 	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
+	trainer/.venv/bin/python -m kubecua_trainer.learningbench.summary $(DEMO_OUT)
 
 # Learner speed and memory beside naive transformers (kubecua_trainer/perf/bench.py). Meant for the
 # GPU machine, which has torch but no uv venv, so python3 runs it there; with the trainer's venv
@@ -42,3 +44,11 @@ bench-trainer-distributed: ## weight refresh (3B, 7B) and FSDP2 vs plain learner
 # model by default, BENCH_ARGS=--learner-bound for an update as long as a step's rollouts.
 bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktops spend in episodes, sync vs maxStaleness 1 (BENCH_ARGS=--learner-bound)
 	cd trainer && .venv/bin/python -m kubecua_trainer.perf.rollout_overlap $(BENCH_ARGS)
+
+# Learning on held-out tasks (kubecua_trainer/learningbench/run.py): the typeword family, a model
+# built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
+# on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
+# 2 steps, 8 held-out instances (what `make test` runs: tests/test_learning_check.py).
+.PHONY: bench-learning
+bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise? warm-up + GRPO, 3 seeds + LR-0 control, real desktops (BENCH_ARGS=--smoke)
+	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)

@@ -206,6 +206,54 @@ BAD = [
         with_spec(RUN, sandboxes={"poolRef": "p", "tokenSecretRef": "../etc"}),
         "spec.sandboxes.tokenSecretRef",
     ),
+    # Issue 19: evaluation, warm-up and the algorithm options.
+    (
+        "steps 0 without evaluation",
+        with_spec(RUN, steps=0),
+        'spec.steps: Invalid value: "object": steps 0 evaluates only: set spec.evaluation',
+    ),
+    ("negative steps", with_spec(RUN, steps=-1), "spec.steps"),
+    (
+        "no held-out episodes",
+        with_spec(RUN, evaluation={"tasks": {"path": "/t"}, "episodesPerTask": 0}),
+        "spec.evaluation.episodesPerTask",
+    ),
+    (
+        "held-out tasks without a source",
+        with_spec(RUN, evaluation={"tasks": {"ids": ["a"]}}),
+        "spec.evaluation.tasks: set exactly one of configMapRef, path",
+    ),
+    ("evaluation without tasks", with_spec(RUN, evaluation={}), "spec.evaluation.tasks: Required"),
+    (
+        "gspo clip high below low",
+        with_spec(RUN, algorithm={"gspoClip": {"low": 0.001, "high": 0.0005}}),
+        "spec.algorithm.gspoClip: high must be >= low",
+    ),
+    (
+        "gspo clip high below the default low",
+        with_spec(RUN, algorithm={"gspoClip": {"high": 0.0001}}),
+        "spec.algorithm.gspoClip: high must be >= low",
+    ),
+    (
+        "unknown policy loss",
+        with_spec(RUN, algorithm={"policyLoss": "grpo"}),
+        "spec.algorithm.policyLoss",
+    ),
+    (
+        "negative entropy bonus",
+        with_spec(RUN, algorithm={"entropyCoef": -0.1}),
+        "spec.algorithm.entropyCoef",
+    ),
+    (
+        "zero end temperature",
+        with_spec(RUN, algorithm={"temperatureEnd": 0}),
+        "spec.algorithm.temperatureEnd",
+    ),
+    (
+        "warm-up without demonstrations",
+        with_spec(RUN, warmup={"epochs": 2}),
+        "spec.warmup.demonstrations: Required",
+    ),
 ]
 
 
@@ -276,6 +324,29 @@ def test_defaults_fill_a_minimal_training_run(cluster, crds, namespace):
     assert spec["checkpoint"]["path"] == "/ckpt"
     assert spec["backoffLimit"] == 3
     assert spec["suspend"] is False
+    assert spec["algorithm"]["gspoClip"] == {"low": 0.0003, "high": 0.0004}
+    assert (spec["algorithm"]["policyLoss"], spec["algorithm"]["entropyCoef"]) == ("ppo", 0)
+    assert "evaluation" not in spec  # off unless asked for, as the warm-up
+    assert "warmup" not in spec
+
+
+def test_defaults_fill_an_evaluation_and_a_warmup(cluster, crds, namespace):
+    run = with_spec(
+        named(RUN, "ev"),
+        steps=0,
+        evaluation={"tasks": {"path": "/t"}},
+        warmup={"demonstrations": "/d"},
+    )
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(run))
+    got = json.loads(cluster.kubectl("get", "trun", "ev", "-n", namespace, "-o", "json").stdout)
+    assert got["spec"]["evaluation"] == {
+        "tasks": {"path": "/t"}, "everySteps": 0, "atStart": True, "episodesPerTask": 1,
+        "temperature": 0,
+    }  # fmt: skip
+    assert got["spec"]["warmup"] == {
+        "demonstrations": "/d", "epochs": 1, "batchSize": 8, "learningRate": 1e-05,
+        "successesOnly": True,
+    }  # fmt: skip
 
 
 def test_scale_subresource_short_names_and_category(cluster, crds, namespace):
@@ -327,6 +398,19 @@ GOOD = [
         POOL, backend="external", desktop={"external": {"endpoints": ["http://10.0.0.1:65535/"]}}
     ),
     named(with_spec(RUN, trainer={"resources": {"limits": {"nvidia.com/gpu": 1}}}), "r" * 50),
+    with_spec(
+        RUN, steps=0, evaluation={"tasks": {"configMapRef": "held-out"}, "episodesPerTask": 64}
+    ),
+    with_spec(
+        RUN,
+        algorithm={
+            "policyLoss": "gspo",
+            "gspoClip": {"low": 0.0003, "high": 0.0003},
+            "entropyCoef": 0.01,
+            "temperature": 0.8,
+            "temperatureEnd": 0.5,
+        },
+    ),
 ]
 
 

@@ -20,6 +20,8 @@ REQUIRED_PANELS = {
         "Reward mean and success rate", "Episodes by outcome", "Episode length",
         "KL and entropy", "Grad norm and clip fraction", "Advantage std and zero-variance groups",
         "Tokens per second", "Step time", "Checkpoint age",
+        "Held-out success rate and pass@k", "Held-out success by task",
+        "Evaluation episodes by outcome",
     },
     "kubecua-fleet.json": {
         "Sandboxes by state per pool", "Step latency", "Reset latency",

@@ -4,6 +4,7 @@ TrainingRuns also pass the trainer's own config model."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -15,6 +16,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 REQUIRED = {
     "sandboxpool-pod.yaml", "sandboxpool-kubevirt-ubuntu.yaml", "sandboxpool-kubevirt-windows.yaml",
     "sandboxpool-external.yaml", "trainingrun-hf.yaml", "trainingrun-sglang.yaml",
+    "trainingrun-evaluate.yaml",
 }  # fmt: skip
 TRAINER_PY = REPO / "trainer" / ".venv" / "bin" / "python"
 
@@ -65,9 +67,18 @@ def test_a_broken_example_is_rejected_with_the_reason(crds, namespace, field, va
     assert error in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["trainingrun-hf.yaml", "trainingrun-sglang.yaml"])
+@pytest.mark.parametrize(
+    "name", ["trainingrun-hf.yaml", "trainingrun-sglang.yaml", "trainingrun-evaluate.yaml"]
+)
 def test_trainingrun_examples_pass_the_trainer_config_model(name):
     if not TRAINER_PY.exists():
         pytest.skip("trainer/.venv is missing: run `make trainer-env`")
-    proc = run([TRAINER_PY, "-m", "kubecua_trainer", "validate", REPO / "examples" / name])
-    assert "qwen" in proc.stdout.lower()
+    path = REPO / "examples" / name
+    proc = run([TRAINER_PY, "-m", "kubecua_trainer", "validate", path])
+    validated, written = json.loads(proc.stdout), yaml.safe_load(path.read_text())["spec"]
+    # The trainer read the manifest it was given: defaults filled, written values kept.
+    assert (validated["steps"], validated["model"]) == (
+        written["steps"],
+        validated["model"] | written["model"],
+    )
+    assert validated.get("evaluation", {}).items() >= written.get("evaluation", {}).items()

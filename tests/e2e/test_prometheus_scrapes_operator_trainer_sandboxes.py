@@ -1,9 +1,10 @@
 """A real Prometheus (Debian's package) on loopback scrapes a running operator, a trainer (the tiny
-model on the CPU) and its episode servers (local Xvfb desktops), and evaluates the chart's alert
-rules. Then every dashboard panel's PromQL and every alert expression is asked of its HTTP API:
-each must be well-formed, and every panel whose metric exists must return data. The training
-dashboard's key series are drawn as a PNG from Prometheus's answers (docs/images/ with
-KUBECUA_WRITE_DOCS=1).
+model on the CPU, with a held-out evaluation before the first step and after the last) and its
+episode servers (local Xvfb desktops), and evaluates the chart's alert rules. Then every dashboard
+panel's PromQL and every alert expression is asked of its HTTP API: each must be well-formed, and
+every panel whose metric exists must return data. The evaluation's series must carry the figures
+the trainer wrote to evaluations/. The training dashboard's key series are drawn as a PNG from
+Prometheus's answers (docs/images/ with KUBECUA_WRITE_DOCS=1).
 
 The operator runs as a local process (pods on kwok nodes never run), authenticated as the chart's
 own ServiceAccount, so its RBAC is proven sufficient too. It reconciles the examples' pod pool
@@ -38,6 +39,9 @@ POOL = "ubuntu-desktops"  # examples/sandboxpool-pod.yaml
 RUN = "qwen-vl-hf"  # examples/trainingrun-hf.yaml
 SANDBOXES = 2
 STEPS = 3
+TRAIN_IDS = ["count-lines", "word-count", "sort-names"]
+HELD_OUT = ["create-hello-file"]  # never trained on: the trainer refuses an overlap
+EVAL_EPISODES = 2  # per held-out task: pass@1 and pass@2
 LAUNCHER = REPO / "sandbox-image/episode-server/.venv/bin/kubecua-sandbox-local"
 OPERATOR_PY = REPO / "operator/.venv/bin/python"
 TRAINER_PY = REPO / "trainer/.venv/bin/python"
@@ -150,7 +154,10 @@ def trainingrun_manifest(urls: list[str], out: Path, metrics_port: int) -> dict:
         "spec": {
             "model": {"path": str(TINY_MODEL), "dtype": "float32"},
             "sandboxes": {"urls": urls, "minReady": len(urls)},
-            "tasks": {"path": str(REPO / "sandbox-image/tasks/files")},
+            "tasks": {"path": str(REPO / "sandbox-image/tasks/files"), "ids": TRAIN_IDS},
+            "evaluation": {"tasks": {"path": str(REPO / "sandbox-image/tasks/files"),
+                                     "ids": HELD_OUT},
+                           "episodesPerTask": EVAL_EPISODES},
             "algorithm": {"groupSize": 2, "tasksPerStep": 1, "maxTurns": 1, "maxNewTokens": 16,
                           "learningRate": 1.0e-4,
                           # learn from every group, all-fail ones too, so the learner's panels
@@ -250,7 +257,7 @@ def run_trainer(stack: ExitStack, tmp: Path, urls: list[str], port: int, token: 
     args = [TRAINER_PY, "-m", "kubecua_trainer", "run", manifest, "--no-progress",
             "--metrics-addr", "127.0.0.1"]  # fmt: skip
     trainer = start(stack, args, tmp / "trainer.log", env={"KUBECUA_SANDBOX_TOKEN": token})
-    rc = trainer.wait(timeout=420)
+    rc = trainer.wait(timeout=540)
     assert rc == 0, (tmp / "trainer.log").read_text()[-3000:]
 
 
@@ -334,6 +341,60 @@ def test_the_run_is_visible_with_its_real_values(stack):
     assert float(resets["result"][0]["value"][1]) >= (STEPS - 1) * 2  # one reset per episode
 
 
+def evaluations(out: Path) -> dict[int, dict]:
+    """The trainer's own record of each evaluation (evaluations/step-NNNN/summary.json)."""
+    found = {}
+    for path in sorted((out / "evaluations").glob("step-*/summary.json")):
+        summary = json.loads(path.read_text())
+        found[summary["step"]] = summary
+    return found
+
+
+def by_time(api: str, expr: str, start_: float, end: float) -> dict[float, float]:
+    """One series' samples as {time: value}; the query must yield exactly one series."""
+    (series,) = query_range(api, expr, start_, end)
+    return {float(t): float(v) for t, v in series["values"]}
+
+
+def test_the_evaluation_is_visible_with_the_trainers_own_figures(stack):
+    """Prometheus's eval series equal the summary.json of the step they say was evaluated."""
+    api, start_, end = stack["api"], stack["start"], stack["end"]
+    out = stack["tmp"] / "out"
+    summaries = evaluations(out)
+    assert set(summaries) == {0, STEPS}  # before the first step and after the last
+    steps = by_time(api, "kubecua_trainer_eval_step", start_, end)
+    # No eval series before the first evaluation: a 0 there would read as a measured failure.
+    # (1 s: a scrape may fall between the gauges being set and summary.json's write.)
+    first_written = (out / "evaluations/step-0000/summary.json").stat().st_mtime
+    assert min(steps) >= first_written - 1, "eval series exported before any evaluation"
+    # The step-0 evaluation is scraped for the whole run; the last one may miss the final scrape.
+    assert set(steps.values()) in ({0.0}, {0.0, float(STEPS)})
+    ratio = by_time(api, "kubecua_trainer_eval_success_ratio", start_, end)
+    task = by_time(api, f'kubecua_trainer_eval_task_success_ratio{{task="{HELD_OUT[0]}"}}',
+                   start_, end)  # fmt: skip
+    pass_k = {
+        k: by_time(api, f'kubecua_trainer_eval_pass_at_k_ratio{{k="{k}"}}', start_, end)
+        for k in ("1", str(EVAL_EPISODES))
+    }
+    compared = 0
+    for t, step in steps.items():
+        summary = summaries[int(step)]
+        if summary["success_rate"] is None or t not in ratio:
+            continue  # every episode excluded: the gauge keeps its earlier figure
+        assert ratio[t] == pytest.approx(summary["success_rate"])
+        assert task[t] == pytest.approx(summary["tasks"][0]["success_rate"])
+        for k, series in pass_k.items():
+            assert series[t] == pytest.approx(summary["pass_at_k"][k])
+        compared += 1
+    assert compared >= 3, "fewer than 3 scrapes carried an evaluation's figures"
+    counted = query(api, "sum(max_over_time(kubecua_trainer_eval_episodes_total[10m]))", end)
+    first = summaries[0]
+    # Every step-0 episode is counted, scored or excluded; the last evaluation's may be missed.
+    total = sum(s["scored"] + s["excluded"] for s in summaries.values())
+    assert first["scored"] + first["excluded"] == len(HELD_OUT) * EVAL_EPISODES
+    assert len(HELD_OUT) * EVAL_EPISODES <= float(counted["result"][0]["value"][1]) <= total
+
+
 @pytest.mark.parametrize(("board", "title", "expr"), panel_queries(), ids=lambda x: str(x)[:40])
 def test_panel_query_is_well_formed_and_returns_data(stack, board, title, expr):
     result = query_range(stack["api"], expr, stack["start"], stack["end"])
@@ -381,6 +442,7 @@ def test_operator_ran_with_the_charts_rbac_without_being_forbidden(stack):
 PNG_PANELS = [
     "Reward mean and success rate", "Episodes by outcome", "KL and entropy",
     "Grad norm and clip fraction", "Advantage std and zero-variance groups", "Step time",
+    "Held-out success rate and pass@k",
 ]  # fmt: skip
 GEN_PY = REPO / "charts/kubecua-dashboards-gen/.venv/bin/python"
 

@@ -9,7 +9,8 @@ kubelet and kube-proxy built from the pinned k8s.io/kubernetes; kubecua_testkit.
 - a TrainingRun with the tiny model on the CPU (hostPath PersistentVolumes for the model and the
   checkpoints): its trainer pod plays episodes against those sandboxes over the pod network and
   patches the run's status; suspended after step 1, the pod gets SIGTERM and checkpoints; resumed,
-  a new pod trains step 2 from that checkpoint;
+  a new pod trains step 2 from that checkpoint; a held-out task is evaluated before step 1 and
+  after step 2, and the last evaluation reaches status.evaluation;
 - Debian's Prometheus scrapes the operator, the sandboxes and the trainer pods chosen by the
   chart's ServiceMonitor and PodMonitor, and every query of the training dashboard returns the
   run's series.
@@ -263,6 +264,7 @@ def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, 
 # ---- the TrainingRun: a trainer pod on the real node, suspended and resumed ---------------------
 RUN = "tiny"
 TASK = "count-lines"
+HELD_OUT = "create-hello-file"
 TRAINER_IMAGE = "localhost/kubecua/trainer:dev"
 
 
@@ -297,6 +299,7 @@ def trainingrun(ns: str) -> dict:
             # No tokenSecretRef: the trainer gets the token the operator made for the pool.
             "sandboxes": {"poolRef": POOL, "minReady": 1},
             "tasks": {"configMapRef": "tasks"},
+            "evaluation": {"tasks": {"configMapRef": "heldout"}},  # 1 greedy episode, 2 times
             "algorithm": {"groupSize": 2, "tasksPerStep": 1, "maxTurns": 1, "maxNewTokens": 8,
                           "dynamicSampling": False},
             "rollout": {"engine": "hf", "maxPixels": 50176, "keepScreenshots": 1,
@@ -424,6 +427,8 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
     host_volume(cluster, pool, "checkpoints", root / "ckpt", read_only=False)
     task = REPO / "sandbox-image" / "tasks" / "files" / f"{TASK}.json"
     cluster.kubectl("create", "configmap", "tasks", "-n", pool, f"--from-file={task}")
+    held_out = task.with_name(f"{HELD_OUT}.json")
+    cluster.kubectl("create", "configmap", "heldout", "-n", pool, f"--from-file={held_out}")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(trainingrun(pool)))
 
     pods = wait_trainer_pods(cluster, pool, lambda ps: any(p.status.phase == "Running" for p in ps))
@@ -464,6 +469,10 @@ def test_trainer_pod_trains_two_grpo_steps_on_the_real_node_and_patches_status(t
     assert 0.0 <= status["meanReward"] <= 1.0
     ready = next(c for c in status["conditions"] if c["type"] == "SandboxesReady")
     assert ready["status"] == "True"
+    # The evaluation after the last step, as the trainer pod patched it.
+    evaluation = status["evaluation"]
+    assert (evaluation["step"], evaluation["episodes"] + evaluation["excluded"]) == (2, 1)
+    assert [t["id"] for t in evaluation["tasks"]] == [HELD_OUT]
 
 
 def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(training):

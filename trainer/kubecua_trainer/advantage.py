@@ -1,4 +1,6 @@
-"""GRPO advantages: each episode's reward relative to its group (same task, G episodes).
+"""GRPO's group functions, pure: score a group (advantages), tell a zero-variance group, credit
+an episode's advantage to its turns. batch.assemble_batch composes them into the step's batch;
+everything that trains (the run, the bandit test, the smoke run) goes through it.
 
 Dynamic sampling (DAPO, arXiv 2503.14476) drops groups whose rewards are all equal: their
 advantages are all 0, so they only dilute the batch.
@@ -8,10 +10,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kubecua_trainer.tokens import Sample
 
 
 def grpo_advantages(
@@ -38,26 +36,13 @@ def is_zero_variance(rewards: Sequence[float], tol: float = 1e-9) -> bool:
     return all(abs(r - rewards[0]) <= tol for r in rewards)
 
 
-def assign_group_advantages(
-    samples: list[Sample], normalize_std: bool = True, skip_zero_variance: bool = True
-) -> tuple[list[Sample], int]:
-    """Set sample.advantage within each group_id; return (kept samples, zero-variance groups).
+def credit_turns(advantage: float, turns: int, per_turn: bool, discount: float) -> list[float]:
+    """The advantage of each of an episode's `turns` samples: the episode's own for its one
+    trajectory sample (or every sample outside perTurn mode); in perTurn mode turn t of T gets
+    advantage * discount^(T-1-t), so earlier turns get less credit.
 
-    One sample per episode (trajectory mode). For per-turn samples compute advantages per episode
-    with grpo_advantages and copy them to each turn's sample instead.
+    Example: advantage 1.0, 3 turns, discount 0.5, perTurn -> [0.25, 0.5, 1.0]; not perTurn ->
+    [1.0, 1.0, 1.0].
     """
-    groups: dict[str, list[Sample]] = {}
-    for s in samples:
-        groups.setdefault(s.group_id, []).append(s)
-    kept: list[Sample] = []
-    zero_var = 0
-    for members in groups.values():
-        rewards = [s.reward for s in members]
-        if is_zero_variance(rewards):
-            zero_var += 1
-            if skip_zero_variance:
-                continue
-        for s, a in zip(members, grpo_advantages(rewards, normalize_std), strict=True):
-            s.advantage = a
-        kept += members
-    return kept, zero_var
+    last = turns - 1
+    return [advantage * (discount ** (last - t) if per_turn else 1.0) for t in range(turns)]

@@ -1,5 +1,6 @@
 """Turn a step's groups into the learner's batch: GRPO advantages per group, dynamic sampling,
-success replay, and the per-step statistics.
+success replay, and the per-step statistics. The one GRPO group path: the run, the bandit test
+and the smoke run all build their batches here, from advantage.py's pure group functions.
 
 Per group, only scored episodes count (infrastructure failures are already out). A group whose
 rewards are all equal carries no signal: when replay is on and every episode failed, one stored
@@ -14,11 +15,11 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubecua_trainer.advantage import grpo_advantages
+from kubecua_trainer.advantage import credit_turns, grpo_advantages, is_zero_variance
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.rollout.groups import Group
-from kubecua_trainer.rollout.records import SUCCESS_SCORE, EpisodeResult
+from kubecua_trainer.rollout.records import SUCCESS_SCORE, EpisodeResult, is_success
 from kubecua_trainer.tokens import Sample
 
 
@@ -36,7 +37,7 @@ class Batch:
         advs = [s.advantage for s in self.samples]
         return {
             "reward_mean": sum(self.rewards) / n if n else 0.0,
-            "success_rate": sum(r >= SUCCESS_SCORE for r in self.rewards) / n if n else 0.0,
+            "success_rate": sum(map(is_success, self.rewards)) / n if n else 0.0,
             "zero_variance_group_fraction": self.zero_variance_groups / max(1, self.groups),
             "advantage_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
             "samples": float(len(self.samples)),
@@ -68,45 +69,35 @@ def assemble_batch(
         if len(members) < 2:
             batch.small_groups += 1
             continue
-        successes = [e for e in scored if (e.reward or 0.0) >= SUCCESS_SCORE]
         if replay is not None and algo.replay.enabled:
-            for e in successes:
-                replay.add(g.task_id, e.samples)
-        if len({r for r, _ in members}) == 1:
+            for e in scored:
+                if is_success(e.reward or 0.0):
+                    replay.add(g.task_id, e.samples)
+        if is_zero_variance([r for r, _ in members]):
             stored = _replay_for(g, algo, replay, members)
             if stored is not None:
-                members.append((1.0, stored))
+                members.append((SUCCESS_SCORE, stored))
                 batch.replay_injections += 1
-            elif algo.dynamic_sampling:
-                batch.zero_variance_groups += 1
-                continue
             else:
                 batch.zero_variance_groups += 1
+                if algo.dynamic_sampling:
+                    continue
         advantages = grpo_advantages([r for r, _ in members], normalize_std=algo.normalize_std)
         for (_, samples), adv in zip(members, advantages, strict=True):
-            batch.samples += _credit(samples, adv, algo)
+            per_turn = credit_turns(adv, len(samples), algo.mode == "perTurn", algo.turn_discount)
+            for s, a in zip(samples, per_turn, strict=True):
+                s.advantage = a
+            batch.samples += samples
     return batch
 
 
 def _replay_for(
     g: Group, algo: AlgorithmConfig, replay: SuccessReplay | None, members: list
 ) -> list[Sample] | None:
-    all_failed = max(r for r, _ in members) < SUCCESS_SCORE
+    all_failed = not any(is_success(r) for r, _ in members)
     if replay is None or not algo.replay.enabled or not all_failed:
         return None
     return replay.sample(g.task_id)
-
-
-def _credit(samples: list[Sample], advantage: float, algo: AlgorithmConfig) -> list[Sample]:
-    """Set advantages: the same for every sample, discounted backwards per turn in perTurn mode.
-
-    3 turns, advantage 1.0, discount 0.5 (perTurn) -> 0.25, 0.5, 1.0.
-    """
-    last = len(samples) - 1
-    for t, s in enumerate(samples):
-        weight = algo.turn_discount ** (last - t) if algo.mode == "perTurn" else 1.0
-        s.advantage = advantage * weight
-    return samples
 
 
 def episodes_of(groups: list[Group]) -> list[EpisodeResult]:

@@ -3,6 +3,10 @@
     python -m kubecua_trainer run examples/trainingrun-local.yaml     a manifest file, locally
     python -m kubecua_trainer run --trainingrun NAME --namespace NS     the live object (in a pod)
     python -m kubecua_trainer validate FILE                             check a manifest, print it
+    python -m kubecua_trainer evaluate MODEL --tasks T --local 2 --output-dir D
+                                        held-out evaluation of a model or checkpoint (steps 0)
+    python -m kubecua_trainer record --tasks DIR --local 2 --out DIR    demonstrations, recorded
+    python -m kubecua_trainer export-successes RUN_DIR --to FILE.jsonl  a run's successes as demos
 
 In a pod the operator runs `run /etc/kubecua/trainingrun.yaml` (its ConfigMap) and sets
 KUBECUA_TRAININGRUN_NAME and KUBECUA_TRAININGRUN_NAMESPACE; whenever a TrainingRun is named, the
@@ -12,6 +16,7 @@ after checkpointing its last completed step and exits 143 (128 + SIGTERM): the r
 and a Job must not count the pod as succeeded; the next run resumes from that checkpoint. A rank
 under torchrun's agent (kubecua_trainer.launch) exits 0 instead, since the agent counts any other
 code as a failed worker; the launcher itself then exits 143.
+`evaluate --help` lists its flags (evaluation/standalone.py).
 Exit codes: 0 all steps done, 143 stopped by SIGTERM before the last step, 2 invalid
 configuration, 1 any other failure, 130 interrupted (Ctrl-C).
 """
@@ -25,8 +30,11 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 from kubecua_trainer.config import ConfigError, TrainingRun, load_from_cluster, load_manifest
+from kubecua_trainer.evaluation import standalone
 
 STOPPED = 128 + signal.SIGTERM  # 143: stopped by SIGTERM, the last completed step checkpointed
 
@@ -53,10 +61,62 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     val = sub.add_parser("validate", help="validate a manifest and print the full spec")
     val.add_argument("manifest")
+    _demonstration_commands(sub)
+    standalone.add_parser(sub)
     return p
 
 
+def _demonstration_commands(sub: Any) -> None:
+    rec = sub.add_parser("record", help="play tasks' reference solutions into demonstrations")
+    rec.add_argument("--tasks", type=Path, required=True, help="task JSON file or folder")
+    rec.add_argument("--ids", nargs="+", help="only these task ids")
+    where = rec.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local", type=int, metavar="N", help="start N local desktops")
+    where.add_argument("--urls", nargs="+", help="episode-server URLs")
+    rec.add_argument("--token-file", type=Path, help="sandbox bearer token (--urls)")
+    rec.add_argument("--out", type=Path, required=True, help="folder for demonstrations.jsonl")
+    rec.add_argument("--repeats", type=int, default=1, help="episodes per task (default 1)")
+    rec.add_argument("--timeout", type=float, default=300.0, help="seconds per episode")
+    exp = sub.add_parser("export-successes", help="a run's successful episodes as demonstrations")
+    exp.add_argument("run_dir", type=Path, help="the run's output folder (outputDir)")
+    exp.add_argument("--to", type=Path, required=True, help="the new trajectory JSONL file")
+    exp.add_argument("--min-reward", type=float, default=1.0, help="keep rewards >= this")
+
+
+def _demonstrations(args: argparse.Namespace) -> int:
+    """record / export-successes: no manifest; 2 on bad input, as the other commands."""
+    from kubecua_trainer.warmup.export import export_successes
+    from kubecua_trainer.warmup.record import record_command
+
+    try:
+        if args.command == "export-successes":
+            read, kept = export_successes(args.run_dir, args.to, args.min_reward)
+            print(f"{kept} of {read} episodes (reward >= {args.min_reward:g}) -> {args.to}")
+            return 0
+        if args.repeats < 1 or (args.local is not None and args.local < 1):
+            raise ConfigError("--repeats and --local: must be >= 1")
+        lines = asyncio.run(
+            record_command(
+                args.tasks,
+                args.ids,
+                args.out,
+                args.local,
+                args.urls,
+                args.token_file,
+                args.repeats,
+                args.timeout,
+            )
+        )
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
 def load_run(args: argparse.Namespace) -> TrainingRun:
+    if args.command == "evaluate":
+        return standalone.evaluation_run(args)
     if args.manifest:
         run = load_manifest(args.manifest)
         if getattr(args, "trainingrun", None):  # the operator's copy of a live object
@@ -83,10 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM before the run listens for it (torch's import, the model's load) is kept for the
     # run to see, not left to kill the process: it then stops before its first step (exit 143).
     early: list[int] = []
-    if args.command == "run":
+    if args.command in ("run", "evaluate"):
         signal.signal(signal.SIGTERM, lambda sig, _frame: early.append(sig))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the bar
+    if args.command in ("record", "export-successes"):
+        return _demonstrations(args)
     try:
         run = load_run(args)
     except ConfigError as err:
@@ -100,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     in_cluster = bool(getattr(args, "trainingrun", None))
     opts = RunOptions(
         console=not args.no_progress,
-        metrics_addr=args.metrics_addr or ("0.0.0.0" if in_cluster else "127.0.0.1"),
+        metrics_addr=getattr(args, "metrics_addr", None)
+        or ("0.0.0.0" if in_cluster else "127.0.0.1"),
         patch_status=in_cluster,
         handle_signals=True,
         signals_seen=early,
@@ -121,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if result.stopped_at is not None:
         print(f"stopped by SIGTERM after step {result.stopped_at}; resume from the checkpoint")
+    elif args.command == "evaluate":
+        standalone.print_results(result.out_dir, figures=args.no_progress)
+        return code
     else:
         print(f"done: {len(result.history)} steps; outcomes {dict(result.outcomes)}")
     print(f"report: {result.report}")

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml  # type: ignore[import-untyped]
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "kubecua.dev/v1alpha1"
@@ -218,7 +226,7 @@ class KueueConfig(_Model):
 
 class EvaluationConfig(_Model):
     tasks: TasksConfig = Field(
-        description="Held-out OSWorld tasks: never trained on (an id also in spec.tasks is refused)."
+        description="Held-out OSWorld tasks, never trained on (an id also in spec.tasks is refused)"
     )
     every_steps: int = Field(
         default=0,
@@ -289,11 +297,14 @@ class TrainingRunSpec(_Model):
         default=None, description="Local mode: reports/episodes/checkpoints."
     )
 
-    @model_validator(mode="after")
-    def _evaluation_only_needs_evaluation(self) -> TrainingRunSpec:
-        if self.steps == 0 and self.evaluation is None:
+    @field_validator("steps")
+    @classmethod
+    def _evaluation_only_needs_evaluation(cls, steps: int, info: ValidationInfo) -> int:
+        # A field validator (not a model one) so the error names spec.steps; evaluation is
+        # declared before steps, so it is already in info.data when it was valid.
+        if steps == 0 and info.data.get("evaluation") is None:
             raise ValueError("steps 0 evaluates the model only: set spec.evaluation")
-        return self
+        return steps
 
 
 class TrainingRun(BaseModel):

@@ -20,7 +20,7 @@ import torch
 
 from kubecua_trainer.distributed import Dist, balance_by_tokens
 from kubecua_trainer.logprobs import token_logprobs
-from kubecua_trainer.loss import AGGREGATIONS, token_loss
+from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossTerms
 from kubecua_trainer.model import Policy
 from kubecua_trainer.tokens import Sample, check_image_pads
 
@@ -52,33 +52,43 @@ class Learner:
             params, lr=algo.learning_rate, weight_decay=0.0
         )
         self.steps = 0
+        # policyLoss, its clip, entropyCoef; the perf harnesses' namespaces name only PPO's fields
+        self._policy_loss = POLICY_LOSSES[getattr(algo, "policy_loss", "ppo")]
+        self._clip = algo.gspo_clip if getattr(algo, "policy_loss", "ppo") == "gspo" else algo.clip
+        self._entropy_coef = float(getattr(algo, "entropy_coef", 0.0))
 
     def _reference_logprobs(self, sample: Sample) -> torch.Tensor | None:
         if self.reference is None or self.algo.kl_coef <= 0:
             return None
         with torch.no_grad(), self.reference.autocast():
-            lp, _ = token_logprobs(self.reference, sample, self.algo.temperature)
+            lp, _ = token_logprobs(self.reference, sample, sample.temperature)
         return lp.to(self.policy.device)
 
     def _sample_terms(self, sample: Sample, weight: float) -> dict[str, float]:
-        """Forward + backward of one sample, its loss scaled by its aggregation weight."""
+        """Forward + backward of one sample, its loss scaled by its aggregation weight.
+
+        Log-probs are recomputed at the temperature the sample was played at (a scheduled
+        step's), the behaviour log-probs' own. The entropy bonus is per token, so the
+        aggregation weights make it the batch's mean token entropy (per sequence with
+        aggregation "sequence")."""
         if self.net is not None:
-            logp, entropy = self.net(sample, self.algo.temperature)
+            logp, entropy = self.net(sample, sample.temperature)
         else:
             with self.policy.autocast():
-                logp, entropy = token_logprobs(self.policy, sample, self.algo.temperature)
-        mask = sample.loss_mask
-        behaviour = sample.behaviour_logprobs[mask].to(logp.device)
-        terms = token_loss(
+                logp, entropy = token_logprobs(self.policy, sample, sample.temperature)
+        behaviour = sample.behaviour_logprobs[sample.loss_mask].to(logp.device)
+        terms: LossTerms = self._policy_loss(
             logp,
             logp.detach(),
             behaviour,
             sample.advantage,
-            self.algo.clip.low,
-            self.algo.clip.high,
+            self._clip.low,
+            self._clip.high,
             self.algo.tis_cap,
             self.algo.kl_coef,
             self._reference_logprobs(sample),
+            entropy=entropy,
+            entropy_coef=self._entropy_coef,
         )
         loss = terms.loss.sum() * weight
         # FSDP averages gradients over the ranks; each rank holds a part of one sum.
@@ -86,7 +96,7 @@ class Learner:
         return {
             "loss": float(loss.detach()),
             "kl": float(terms.kl.sum()),
-            "entropy": float(entropy.sum()),
+            "entropy": float(entropy.detach().sum()),
             "clipped": float(terms.clipped.sum()),
             "mismatch": float((logp.detach() - behaviour).abs().sum()),
         }
@@ -98,6 +108,8 @@ class Learner:
         samples = trainable(samples)
         for s in samples:
             check_image_pads(s, self.policy.merge_size, self.policy.image_pad_id)
+            if s.temperature <= 0:  # log-probs at T = 0 do not exist (division by zero)
+                raise ValueError(f"sample of {s.group_id!r} was played greedily: not trainable")
         lengths = [int(s.loss_mask.sum()) for s in samples]
         weights = AGGREGATIONS[self.algo.aggregation](lengths)
         totals = dict.fromkeys(("loss", "kl", "entropy", "clipped", "mismatch"), 0.0)
@@ -133,6 +145,48 @@ class Learner:
             "seconds": time.perf_counter() - start,
         }
 
+    def supervised_step(
+        self, samples: list[Sample], optimizer: torch.optim.Optimizer
+    ) -> dict[str, float]:
+        """One step of the supervised warm-up (warmup/sft.py) with its own optimizer: the mean
+        negative log-likelihood of the batch's mask-1 tokens (the replies), at temperature 1.
+
+        Example: two samples with reply log-probs [-1, -3] and [-2] give loss (1 + 3 + 2) / 3 = 2.
+        Distributed, each rank runs its share (the same passes as step()) and FSDP sums."""
+        start = time.perf_counter()
+        samples = trainable(samples)
+        lengths = [int(s.loss_mask.sum()) for s in samples]
+        tokens = max(sum(lengths), 1)
+        work = self._my_share(samples, lengths, [1.0 / tokens] * len(samples))
+        nll, grad_norm = 0.0, 0.0
+        with self.policy.lock:
+            self.policy.model.train()
+            optimizer.zero_grad(set_to_none=True)
+            try:
+                for i, (sample, weight, real) in enumerate(work):
+                    if self.net is not None:
+                        self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
+                        logp, _ = self.net(sample, 1.0)
+                    else:
+                        with self.policy.autocast():
+                            logp, _ = token_logprobs(self.policy, sample, 1.0)
+                    loss = -logp.sum() * weight
+                    (loss * self.dist.world if self.net is not None else loss).backward()
+                    nll += float(loss.detach()) if real else 0.0
+                if samples:
+                    grad_norm = float(self._clip_and_step(optimizer))
+            finally:
+                self.policy.model.eval()
+        if self.dist.enabled:
+            (nll,) = self.dist.sum([nll])
+        return {
+            "loss": nll,
+            "grad_norm": grad_norm,
+            "tokens": float(sum(lengths)),
+            "samples": float(len(samples)),
+            "seconds": time.perf_counter() - start,
+        }
+
     def _my_share(
         self, samples: list[Sample], lengths: list[int], weights: list[float]
     ) -> list[tuple[Sample, float, bool]]:
@@ -143,13 +197,14 @@ class Learner:
         mine = passes(samples, self.dist.world)[self.dist.rank]
         return [(samples[i], weights[i] if real else 0.0, real) for i, real in mine]
 
-    def _clip_and_step(self) -> torch.Tensor:
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+    def _clip_and_step(self, optimizer: torch.optim.Optimizer | None = None) -> torch.Tensor:
+        optimizer = optimizer or self.optimizer  # the warm-up brings its own
+        params = [p for g in optimizer.param_groups for p in g["params"]]
         norm = torch.nn.utils.clip_grad_norm_(params, self.algo.max_grad_norm)
         if hasattr(norm, "full_tensor"):  # a DTensor: the norm over all shards
             norm = norm.full_tensor()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         return norm
 
     def state_dict(self) -> dict[str, Any]:

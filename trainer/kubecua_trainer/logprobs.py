@@ -47,13 +47,13 @@ def _chunk_logprobs(
     logp = logp_all.gather(-1, targets[:, None])[:, 0]
     p = logp_all.exp()
     entropy = -(p * torch.where(p > 0, logp_all, torch.zeros_like(logp_all))).sum(-1)
-    return logp, entropy.detach()
+    return logp, entropy  # with grad: algorithm.entropyCoef's bonus trains through it
 
 
 def token_logprobs(
     policy: Policy, sample: Sample, temperature: float = 1.0, chunk_size: int = 1024
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob and entropy of each masked (generated) token, in sequence order.
+    """Log-prob and entropy of each masked (generated) token, in sequence order, both with grad.
 
     Uses log softmax(logits / temperature) over the vocabulary minus policy.banned_ids, the same
     distribution the hf engine samples from. Example: a 3-token vocabulary with logits [2, 0, 0] at

@@ -1,11 +1,14 @@
-"""The per-token GRPO loss and its aggregation over a batch.
+"""The per-token GRPO loss (PPO's per-token ratio, or GSPO's per-sequence one), the entropy bonus,
+and the aggregation over a batch.
 
 Three policies appear per token: the current one (logp, with grad), the proximal one the batch was
 collected against as recomputed by the trainer (old_logp), and the engine's behaviour policy
-(behaviour_logp). The PPO ratio is current/proximal with separate low and high clips (DAPO
+(behaviour_logp). The ratio is current/proximal with separate low and high clips (DAPO
 clip-higher); a truncated importance weight min(proximal/behaviour, cap) corrects for engine and
-trainer numerics (or weights) disagreeing. With one optimizer step per batch the proximal policy
-is the current one detached, so the ratio is 1 at the step and its gradient is grad logp.
+trainer numerics (or weights, with rollout.maxStaleness) disagreeing. With one optimizer step per
+batch the proximal policy is the current one detached, so the ratio is 1 at the step and its
+gradient is grad logp; the clip then never acts, and what GSPO changes in practice is the
+importance weight: one per sequence instead of one per token (see sequence_loss).
 """
 
 from __future__ import annotations
@@ -34,29 +37,84 @@ def token_loss(
     tis_cap: float,
     kl_coef: float = 0.0,
     ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> LossTerms:
-    """loss = -w * min(r A, clip(r, 1 - low, 1 + high) A) + kl_coef * k3.
+    """PPO: loss = -w * min(r A, clip(r, 1 - low, 1 + high) A) + kl_coef * k3 - entropy_coef * H.
 
     r = exp(logp - old_logp), w = min(exp(old_logp - behaviour_logp), tis_cap) (no grad),
-    k3 = exp(ref - logp) - (ref - logp) - 1 (Schulman's unbiased, non-negative KL estimator).
+    k3 = exp(ref - logp) - (ref - logp) - 1 (Schulman's unbiased, non-negative KL estimator),
+    H the token's entropy (with grad: the bonus raises it).
     Example: logp = log 0.6, old = log 0.5, behaviour = log 0.4, A = 1, clips 0.2/0.28, cap 2:
     r = 1.2, w = 1.25, min(1.2, 1.2) = 1.2 -> loss -1.5. With A = -1 and r = 0.7: the clipped
     term -0.8 is the min, so loss = -1.25 * -0.8 = 1.0 and the clip is active.
     """
     ratio = torch.exp(logp - old_logp)
+    weight = torch.clamp(torch.exp(old_logp - behaviour_logp), max=tis_cap).detach()
+    return _surrogate(ratio, weight, advantage, clip_low, clip_high, logp, kl_coef, ref_logp,
+                      entropy, entropy_coef)  # fmt: skip
+
+
+def sequence_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    advantage: torch.Tensor | float,
+    clip_low: float,
+    clip_high: float,
+    tis_cap: float,
+    kl_coef: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> LossTerms:
+    """GSPO (arXiv 2507.18071) over one sequence's trained tokens, in the paper's token form.
+
+    s = exp(mean_t(logp - old_logp)), the length-normalised sequence ratio, clipped to
+    [1 - low, 1 + high] (gspoClip, tiny: 3e-4/4e-4); per token s_t = sg[s] * exp(logp_t -
+    sg[logp_t]), equal to s in value, so the clip is all or nothing per sequence, and
+    d s_t / d logp_t = s. With aggregation "sequence" (1/|y| per token) the sequence's gradient
+    is then exactly d s / d logp = s / |y| per token, the paper's objective; "token" weighs each
+    sequence by its length instead. The truncated importance weight is per sequence too:
+    w = min(exp(mean_t(old_logp - behaviour_logp)), tis_cap), the length-normalised
+    proximal/behaviour ratio, so engine/trainer mismatch is corrected at the level GSPO's ratio
+    works at, not token by token. KL and the entropy bonus stay per token.
+    Example (clips 0.1/0.2, cap 2): logp - old = [0.3, -0.1], old - behaviour = [0.2, 0],
+    A = 1: s = w = e^0.1, loss -e^0.2 = -1.2214 per token with gradient -1.2214 each;
+    logp - old = [-0.5, 0.1, -0.2], A = -1: s = e^-0.2 = 0.8187 < 0.9, the clipped term -0.9 is
+    the min: loss 0.9 per token, gradient 0, clipped.
+    """
+    seq_log_ratio = (logp - old_logp).mean()
+    ratio = torch.exp(seq_log_ratio.detach() + logp - logp.detach())
+    seq_weight = torch.clamp(torch.exp((old_logp - behaviour_logp).mean()), max=tis_cap)
+    weight = seq_weight.detach().expand_as(logp)
+    return _surrogate(ratio, weight, advantage, clip_low, clip_high, logp, kl_coef, ref_logp,
+                      entropy, entropy_coef)  # fmt: skip
+
+
+def _surrogate(
+    ratio: torch.Tensor, weight: torch.Tensor, advantage: torch.Tensor | float,
+    clip_low: float, clip_high: float, logp: torch.Tensor, kl_coef: float,
+    ref_logp: torch.Tensor | None, entropy: torch.Tensor | None, entropy_coef: float,
+) -> LossTerms:  # fmt: skip
     adv = torch.as_tensor(advantage, dtype=logp.dtype, device=logp.device)
     unclipped = ratio * adv
     clipped_ratio = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     surrogate = torch.minimum(unclipped, clipped_ratio * adv)
-    weight = torch.clamp(torch.exp(old_logp - behaviour_logp), max=tis_cap).detach()
     loss = -weight * surrogate
     kl = torch.zeros_like(logp)
     if ref_logp is not None and kl_coef > 0:
         delta = ref_logp - logp
         kl = torch.exp(delta) - delta - 1.0
         loss = loss + kl_coef * kl
+    if entropy is not None and entropy_coef > 0:
+        loss = loss - entropy_coef * entropy
     clipped = (clipped_ratio * adv < unclipped).detach()
     return LossTerms(loss, clipped, kl.detach(), weight)
+
+
+POLICY_LOSSES: dict[str, Callable[..., LossTerms]] = {"ppo": token_loss, "gspo": sequence_loss}
+"""algorithm.policyLoss -> its loss function (same arguments)."""
 
 
 def token_weights(lengths: list[int]) -> list[float]:

@@ -6,7 +6,7 @@ One registry per TrainerMetrics so tests and several runs in one process do not 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -90,6 +90,62 @@ class TrainerMetrics:
         self.sandboxes = Gauge(P + "sandboxes", "Sandboxes by state.", ["state"], registry=r)
         # Registered at the first checkpoint: a 0 before that would read as a 56-year-old one.
         self.last_checkpoint: Gauge | None = None
+        self._eval_metrics()
+
+    def _eval_metrics(self) -> None:
+        """The held-out evaluation's figures (evaluation/stage.py), set after each evaluation."""
+        r = self.registry
+        # The three unlabelled gauges are registered at the first evaluation, as last_checkpoint:
+        # one registered now would read 0 from the start, a measured 0% success of step 0.
+        self.eval_success: Gauge | None = None
+        self.eval_step: Gauge | None = None
+        self.eval_seconds: Gauge | None = None
+        self.eval_pass_at_k = Gauge(
+            P + "eval_pass_at_k_ratio", "pass@k of the last held-out evaluation.", ["k"], registry=r
+        )
+        self.eval_task_success = Gauge(
+            P + "eval_task_success_ratio",
+            "Success rate of each held-out task at the last evaluation.",
+            ["task"],
+            registry=r,
+        )
+        self.eval_episodes = Counter(
+            P + "eval_episodes",
+            "Held-out evaluation episodes by outcome (success, failure, or an infra reason).",
+            ["outcome"],
+            registry=r,
+        )
+
+    def observe_evaluation(self, summary: dict[str, Any], outcomes: dict[str, int]) -> None:
+        """Set the eval gauges from a summary.json and count its episodes by outcome. A figure
+        with no scored episode behind it is not set (a 0 would read as a measured failure)."""
+        if self.eval_step is None or self.eval_seconds is None:
+            self.eval_step = Gauge(
+                P + "eval_step", "Step of the last held-out evaluation.", registry=self.registry
+            )
+            self.eval_seconds = Gauge(
+                P + "eval_duration_seconds",
+                "Wall time of the last held-out evaluation.",
+                registry=self.registry,
+            )
+        self.eval_step.set(summary["step"])
+        self.eval_seconds.set(summary["seconds"])
+        if summary["success_rate"] is not None:
+            if self.eval_success is None:
+                self.eval_success = Gauge(
+                    P + "eval_success_ratio",
+                    "Success rate of the last held-out evaluation.",
+                    registry=self.registry,
+                )
+            self.eval_success.set(summary["success_rate"])
+        for k, value in summary["pass_at_k"].items():
+            if value is not None:
+                self.eval_pass_at_k.labels(k).set(value)
+        for row in summary["tasks"]:
+            if row["success_rate"] is not None:
+                self.eval_task_success.labels(row["task_id"]).set(row["success_rate"])
+        for outcome, n in outcomes.items():
+            self.eval_episodes.labels(outcome).inc(n)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         if port:

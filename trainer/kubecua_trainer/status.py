@@ -1,8 +1,9 @@
 """Patch the trainer's own TrainingRun status subresource (cluster mode only).
 
-The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond and lastCheckpoint;
-the operator owns phase and conditions, so this merge-patch never names those. A patch is sent
-only when a value changed, and a failed patch is logged, never fatal: training goes on.
+The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint and
+evaluation (the last held-out evaluation); the operator owns phase and conditions, so this
+merge-patch never names those. A patch is sent only when a value changed, and a failed patch is
+logged, never fatal: training goes on.
 """
 
 from __future__ import annotations
@@ -68,6 +69,45 @@ def build_status(
             "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
     return status
+
+
+MAX_STATUS_TASKS = 100  # a status is not a results store: evaluations/ on disk has every task
+
+
+def build_evaluation_status(
+    summary: dict[str, Any], finished: datetime | None = None
+) -> dict[str, Any]:
+    """status.evaluation from an evaluation's summary.json (evaluation/results.py), finished
+    at `finished` (default now).
+
+    passAtK is pass@k at k = episodesPerTask (the largest k evaluated). Undefined figures (no
+    episode scored) are sent as null, which a merge patch turns into "absent", so a figure of
+    an earlier evaluation never lingers. Tasks are sorted by id, at most MAX_STATUS_TASKS.
+    """
+    k = max(int(key) for key in summary["pass_at_k"])
+    rows = sorted(summary["tasks"], key=lambda r: r["task_id"])
+    tasks = []
+    for row in rows[:MAX_STATUS_TASKS]:
+        task: dict[str, Any] = {"id": row["task_id"], "episodes": row["scored"]}
+        if row["success_rate"] is not None:
+            task["successRate"] = round(row["success_rate"], 6)
+        tasks.append(task)
+    pass_k = summary["pass_at_k"][str(k)]
+    return {
+        "step": summary["step"],
+        "successRate": _rounded(summary["success_rate"]),
+        "meanScore": _rounded(summary["mean_score"]),
+        "episodes": summary["scored"],
+        "excluded": summary["excluded"],
+        "passAtK": {"k": k, "value": round(pass_k, 6)} if pass_k is not None else None,
+        "time": (finished or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "tasks": tasks,
+        "tasksTruncated": len(rows) > MAX_STATUS_TASKS,
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 class StatusPatcher:

@@ -37,6 +37,9 @@ class Sample:
     task_id: str = ""
     policy_version: int = 0  # the oldest weights (training step) any of its tokens came from
     pixels_key: str = ""  # distributed: pixel_values left on this rank (exchange.py)
+    # The sampling temperature of its tokens: the learner recomputes log-probs at it, so they are
+    # the behaviour log-probs' own distribution also when the temperature follows a schedule.
+    temperature: float = 1.0
 
 
 def check_image_pads(sample: Sample, merge_size: int, image_pad_id: int) -> None:

@@ -55,7 +55,13 @@ from kubecua_trainer.progress import RunProgress
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.episode import Rollout
-from kubecua_trainer.rollout.groups import Group, merge_groups, rollout_groups, tasks_for_step
+from kubecua_trainer.rollout.groups import (
+    Group,
+    merge_groups,
+    rollout_groups,
+    scheduled_temperature,
+    tasks_for_step,
+)
 from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
 from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.sharded import generation_copy, refresh_weights, shard_policy
@@ -438,9 +444,11 @@ async def _rollout(step: int, lp: Loop) -> tuple[list[Group], dict[str, float]]:
         lp.progress.episode_done(ep.outcome)
 
     share = (lp.dist.rank, lp.dist.world)
-    groups = await rollout_groups(lp.ro, step_tasks, step, on_episode, share)
+    algo = spec.algorithm  # the step's own temperature, also when it plays ahead (maxStaleness)
+    temperature = scheduled_temperature(algo.temperature, algo.temperature_end, step, spec.steps)
+    groups = await rollout_groups(lp.ro, step_tasks, step, on_episode, share, temperature)
     timing = {"rollout_started_at": started, "rollout_ended_at": time.time(),
-              "rollout_seconds": time.monotonic() - t0}  # fmt: skip
+              "rollout_seconds": time.monotonic() - t0, "temperature": temperature}  # fmt: skip
     return groups, timing
 
 

@@ -82,6 +82,7 @@ class TrajectoryTurn:
     reply: str
     action: str | None
     screenshot: Path | None  # absolute
+    feedback: str | None = None  # what the agent was told after this reply (next turn's text)
 
 
 @dataclass
@@ -133,6 +134,7 @@ def _parse(line: dict[str, Any], folder: Path, where: str) -> Trajectory:
             str(t.get("reply", "")),
             t.get("action"),
             folder / t["screenshot"] if t.get("screenshot") else None,
+            t.get("feedback"),
         )
         for t in line["turns"]
     ]

@@ -12,17 +12,18 @@ import httpx
 import pytest
 import torch
 from loopback_sandbox import TOKEN, LoopbackSandbox
-from test_bandit import GROUP, NEW_TOKENS, STEPS, _collect
+from test_bandit import GROUP, NEW_TOKENS, STEPS, TASKS
 from test_metrics import free_port
 from test_train import local_run
 
-from kubecua_trainer.advantage import assign_group_advantages
+from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
 from kubecua_trainer.sharded import generation_copy, refresh_weights
 from kubecua_trainer.sources.static import StaticSource
+from kubecua_trainer.testing.bandit import play_bandit
 from kubecua_trainer.train import RunOptions, train
 
 
@@ -85,15 +86,18 @@ def test_bandit_still_learns_when_generation_lags_one_update(policy: Policy) -> 
     async def train_behind() -> tuple[list[float], list[int]]:
         engine = HFEngine(behind)
         means, ages = [], []
-        samples = await _collect(engine, behind, 0)
+        groups = await play_bandit(engine, behind, 0, TASKS, GROUP, NEW_TOKENS)
         for step in range(1, STEPS + 1):
+            samples = [s for e in episodes_of(groups) for s in e.samples]
             ages += [step - 1 - s.policy_version for s in samples]
             means.append(sum(s.reward for s in samples) / len(samples))
-            kept, _ = assign_group_advantages(samples, algo.normalize_std, algo.dynamic_sampling)
-            upcoming = asyncio.create_task(_collect(engine, behind, step))  # plays meanwhile
+            kept = assemble_batch(groups, algo, None).samples
+            upcoming = asyncio.create_task(  # plays meanwhile
+                play_bandit(engine, behind, step, TASKS, GROUP, NEW_TOKENS)
+            )
             metrics = await asyncio.to_thread(learner.step, kept)
             assert metrics["tokens"] == NEW_TOKENS * len(kept)
-            samples = await upcoming
+            groups = await upcoming
             refresh_weights(policy.model, behind, step)
         await engine.close()
         return means, ages

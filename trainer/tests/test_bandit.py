@@ -1,9 +1,10 @@
 """Learning sanity on a synthetic bandit (no desktop): reward rises within a few GRPO steps.
 
-The "environment" rewards the fraction of generated tokens that fall in a fixed set of 40 ids
-(about 9% of the tiny vocabulary, so a random policy scores ~0.09). Rewards only rise if the
-gradient has the right sign and the loss mask points at the sampled tokens. Runs the real pieces:
-hf engine (batched), Conversation, group advantages, Learner.
+The "environment" (testing/bandit.py) rewards the fraction of generated tokens that fall in a
+fixed set of 40 ids (about 9% of the tiny vocabulary, so a random policy scores ~0.09). Rewards
+only rise if the gradient has the right sign and the loss mask points at the sampled tokens. Runs
+the real pieces: hf engine (batched), Conversation, batch.assemble_batch (the groups, advantages
+and dynamic sampling a run trains with), Learner.
 """
 
 from __future__ import annotations
@@ -12,36 +13,14 @@ import asyncio
 
 import torch
 
-from kubecua_trainer.advantage import assign_group_advantages
+from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
-from kubecua_trainer.testing.images import screenshot
-from kubecua_trainer.tokens import Conversation, Sample
+from kubecua_trainer.testing.bandit import play_bandit
 
-TARGET = set(range(100, 140))
 GROUP, TASKS, STEPS, NEW_TOKENS = 8, 2, 12, 3
-
-
-async def _collect(engine: HFEngine, policy: Policy, step: int) -> list[Sample]:
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
-    convs = []
-    for task in range(TASKS):
-        for _ in range(GROUP):
-            conv = Conversation(policy, "Answer.", 56 * 56 * 2)
-            conv.add_user(f"task {task}", screenshot(task))
-            convs.append((task, conv))
-    gens = await asyncio.gather(*(engine.generate(*c.prompt(), sampling) for _, c in convs))
-    samples = []
-    for (task, conv), gen in zip(convs, gens, strict=True):
-        conv.add_generation(gen)
-        s = conv.to_sample()
-        s.reward = sum(t in TARGET for t in gen.token_ids) / NEW_TOKENS
-        s.group_id, s.task_id = f"{step}-{task}", str(task)
-        samples.append(s)
-    return samples
 
 
 def test_reward_rises_on_a_token_bandit(policy: Policy) -> None:
@@ -53,11 +32,13 @@ def test_reward_rises_on_a_token_bandit(policy: Policy) -> None:
         engine = HFEngine(policy)
         means = []
         for step in range(STEPS):
-            samples = await _collect(engine, policy, step)
-            means.append(sum(s.reward for s in samples) / len(samples))
-            kept, _ = assign_group_advantages(samples, algo.normalize_std, algo.dynamic_sampling)
-            metrics = await asyncio.to_thread(learner.step, kept)
-            assert metrics["tokens"] == NEW_TOKENS * len(kept)
+            groups = await play_bandit(engine, policy, step, TASKS, GROUP, NEW_TOKENS)
+            rewards = [float(e.reward or 0.0) for e in episodes_of(groups)]
+            means.append(sum(rewards) / len(rewards))
+            batch = assemble_batch(groups, algo, None)
+            assert batch.groups - batch.zero_variance_groups == len(batch.samples) // GROUP
+            metrics = await asyncio.to_thread(learner.step, batch.samples)
+            assert metrics["tokens"] == NEW_TOKENS * len(batch.samples)
         await engine.close()
         return means
 

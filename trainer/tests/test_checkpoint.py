@@ -1,6 +1,7 @@
 """Checkpoint and exact resume: stop after step 2, resume into fresh objects, and step 3 equals an
 uninterrupted run's step 3. Each step samples with the hf engine (so the RNG state matters),
-rewards a token bandit, stores successes in the replay buffer and takes a Learner step.
+rewards a token bandit, builds its batch as a run does (batch.assemble_batch: successes go into
+the replay buffer, an all-fail group gets a stored one) and takes a Learner step.
 Tolerance: 1e-6 absolute on loss and grad norm (CPU fp32 is deterministic here; observed 0.0).
 """
 
@@ -12,51 +13,53 @@ from pathlib import Path
 import pytest
 import torch
 
-from kubecua_trainer.advantage import assign_group_advantages
+from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
     save_checkpoint,
 )
-from kubecua_trainer.config import AlgorithmConfig
+from kubecua_trainer.config import AlgorithmConfig, ReplayConfig
 from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.rollout.groups import Group
+from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.testing.images import screenshot
 from kubecua_trainer.tokens import Conversation
 
-ALGO = AlgorithmConfig(learning_rate=1e-2, group_size=4)
+ALGO = AlgorithmConfig(
+    learning_rate=1e-2,
+    group_size=4,
+    dynamic_sampling=False,
+    replay=ReplayConfig(enabled=True, max_per_task=2),
+)
 TOL = 1e-6
 # Stop ids make lengths vary, so the token-level loss (-sum(A_i * n_i) / N at ratio 1) is not 0.
 SAMPLING = SamplingParams(max_new_tokens=4, stop_token_ids=tuple(range(200, 300)))
 
 
 def _step(policy: Policy, learner: Learner, replay: SuccessReplay, step: int) -> dict[str, float]:
-    async def collect() -> list:  # type: ignore[type-arg]
+    async def collect() -> Group:
         engine = HFEngine(policy)
-        samples = []
-        for _ in range(ALGO.group_size):  # sequential: the RNG draws happen in a fixed order
+        group = Group("t", str(step))
+        for e in range(ALGO.group_size):  # sequential: the RNG draws happen in a fixed order
             conv = Conversation(policy, "sys", 56 * 56 * 2)
             conv.add_user("pick", screenshot(step))
             gen = await engine.generate(*conv.prompt(), SAMPLING)
             conv.add_generation(gen)
-            s = conv.to_sample()
-            s.reward = float(sum(100 <= t < 200 for t in gen.token_ids) > 0)
-            s.group_id, s.task_id = str(step), "t"
-            samples.append(s)
+            episode = EpisodeResult("t", str(step), f"{step}-{e}")
+            episode.score(float(sum(100 <= t < 200 for t in gen.token_ids) > 0))
+            episode.samples = [conv.to_sample()]
+            group.episodes.append(episode)
         await engine.close()
-        return samples
+        return group
 
-    samples = asyncio.run(collect())
-    for s in samples:
-        if s.reward > 0:
-            replay.add("t", [s])
-    replay.inject(samples, "t")
-    kept, _ = assign_group_advantages(samples, skip_zero_variance=False)
-    return learner.step(kept)
+    batch = assemble_batch([asyncio.run(collect())], ALGO, replay)
+    return learner.step(batch.samples)
 
 
 def _fresh(model_dir: Path) -> tuple[Policy, Learner, SuccessReplay]:

@@ -88,7 +88,8 @@ def test_camel_case_fields_map_to_snake_case() -> None:
             "spec.algorithm.mode: Input should be 'trajectory' or 'perTurn'",
         ),
         ({"rollout": {"engine": "vllm"}}, "spec.rollout.engine: Input should be 'hf' or 'sglang'"),
-        ({"steps": 0}, "spec.steps: Input should be greater than or equal to 1"),
+        ({"steps": -1}, "spec.steps: Input should be greater than or equal to 0"),
+        ({"steps": 0}, "spec.steps: Value error, steps 0 evaluates the model only: set spec.evalu"),
         (
             {"sandboxes": {"urls": ["http://a"], "poolRef": "p"}},
             "spec.sandboxes: Value error, set exactly one of poolRef, urls, local",
@@ -113,7 +114,7 @@ def test_invalid_field_is_named_in_the_error(overrides: dict, expected: str) -> 
 
 def test_every_invalid_field_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_training_run(manifest(steps=0, algorithm={"groupSize": 99, "klCoef": -1}))
+        parse_training_run(manifest(steps=-1, algorithm={"groupSize": 99, "klCoef": -1}))
     lines = str(err.value).splitlines()
     assert any(line.startswith("spec.steps:") for line in lines)
     assert any(line.startswith("spec.algorithm.groupSize:") for line in lines)
@@ -153,10 +154,12 @@ def test_example_manifest_is_valid_local_run(monkeypatch) -> None:
     assert run.name == "demo-local"
     assert run.spec.sandboxes.local is not None
     assert run.spec.sandboxes.local.replicas == 2
-    assert run.spec.model.path == "/cache/models/tiny-qwen2_5_vl-demo"  # the warm-started link
-    assert run.spec.tasks.ids == ["infeasible-cloud-upload", "gedit-greeting"]
-    assert run.spec.tasks.path is not None
-    assert run.spec.tasks.path.endswith("sandbox-image/tasks")
+    assert run.spec.model.path == "/cache/models/bench-typeword"  # learningbench.run --prepare
+    assert run.spec.tasks.path is not None and run.spec.evaluation is not None
+    assert run.spec.tasks.path.endswith("sandbox-image/tasks/typeword/train")
+    assert str(run.spec.evaluation.tasks.path).endswith("sandbox-image/tasks/typeword/heldout")
+    assert run.spec.warmup is not None
+    assert run.spec.warmup.demonstrations.startswith("/cache/demonstrations/typeword/")
 
 
 def test_cli_validate_exit_codes(tmp_path: Path, capsys) -> None:

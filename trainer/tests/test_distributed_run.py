@@ -113,7 +113,10 @@ def test_two_ranks_on_real_desktops_train_resume_and_overlap_rollouts(
     shown = {
         (int(ep["key"].split("-g")[1][:2]) * 2 + int(ep["key"].split("-e")[1])) % 2
         for ep in map(json.loads, (out / "episodes/step-0001.jsonl").read_text().splitlines())
-        if any(p and (out / p).is_file() for p in ep["screens"])
+        if any(
+            p and (out / "episodes" / p).is_file()
+            for p in [*(t["screenshot"] for t in ep["turns"]), ep["final_screenshot"]]
+        )
     }
     assert shown == {0, 1}, shown
     ckpt = dict(list_checkpoints(out / "checkpoints"))[2]

@@ -1,16 +1,22 @@
 """The spec's learner levers (model.freezeVision, trainer.optimizerOffload) act on a real
 tiny model: a frozen vision encoder keeps its weights through a step while the language model
 moves, and the offloaded optimizer keeps its fp32 master state in host memory; overlapping
-rollouts generate from their own copy of the weights."""
+rollouts generate from their own copy of the weights. The algorithm's options (policyLoss gspo,
+entropyCoef) reach the loss: GSPO's per-sequence importance weight, an entropy bonus that
+raises the entropy of the trained tokens."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from test_learner import make_sample
 
-from kubecua_trainer.config import TrainingRunSpec
+from kubecua_trainer.config import AlgorithmConfig, TrainingRunSpec
+from kubecua_trainer.learner import Learner
+from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.model import Policy
 from kubecua_trainer.perf.optimizer import MasterAdamW
 from kubecua_trainer.sharded import refresh_weights
 from kubecua_trainer.train import build_learner
@@ -65,6 +71,46 @@ def test_overlapping_rollouts_generate_from_a_copy_refreshed_after_each_update(t
     learned = dict(policy.model.named_parameters())
     assert all(torch.equal(p, learned[n]) for n, p in gen.model.named_parameters())
     assert gen.version == 1
+
+
+def test_gspo_weighs_each_sequence_by_its_length_normalised_importance_ratio(policy: Policy):
+    # at the step the ratio is 1, so per token the loss is -A * min(e^mean(logp - behaviour), 2)
+    samples = [make_sample(policy, 1, 1.0, 3), make_sample(policy, 2, -0.5, 5)]
+    expected = 0.0
+    for s in samples:
+        with torch.no_grad():
+            logp, _ = token_logprobs(policy, s)
+        w = min(float(torch.exp((logp - s.behaviour_logprobs[s.loss_mask]).mean())), 2.0)
+        expected += -w * s.advantage * len(logp) / 8  # token aggregation: 8 tokens
+    algo = AlgorithmConfig(learning_rate=1e-3, policy_loss="gspo")
+    metrics = Learner(policy, algo).step(samples)
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["clip_fraction"] == 0.0
+
+
+@pytest.mark.parametrize(("coef", "rises"), [(0.0, False), (1.0, True)])
+def test_entropy_bonus_alone_raises_the_entropy_of_the_trained_tokens(
+    policy: Policy, coef: float, rises: bool
+):
+    """Advantages 0: without the bonus the loss is 0 and nothing moves; with it the step
+    follows the entropy's own gradient (through token_logprobs), and the entropy rises."""
+    samples = [make_sample(policy, 1, 0.0), make_sample(policy, 2, 0.0)]
+    learner = Learner(policy, AlgorithmConfig(learning_rate=1e-3, entropy_coef=coef))
+    before = learner.step(samples)["entropy"]  # measured before its update
+    after = learner.step(samples)["entropy"]
+    if rises:
+        assert after > before + 1e-4, (before, after)
+    else:
+        assert after == pytest.approx(before, abs=1e-6)
+
+
+def test_a_greedy_sample_is_refused_before_any_update(policy: Policy):
+    greedy = make_sample(policy, 1, 1.0)
+    greedy.temperature, greedy.group_id = 0.0, "eval-s0000-t000"  # an evaluation episode's
+    before = policy.model.lm_head.weight.detach().clone()  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="played greedily"):
+        Learner(policy, AlgorithmConfig()).step([make_sample(policy, 2, 1.0), greedy])
+    assert torch.equal(before, policy.model.lm_head.weight)  # type: ignore[union-attr]
 
 
 def _tensors(obj):

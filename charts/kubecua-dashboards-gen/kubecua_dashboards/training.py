@@ -1,5 +1,6 @@
-"""Training dashboard: is the policy learning, and is it healthy (the collapse signals the seeds
-saw: advantages near 0, entropy falling, grad norm exploding), and how fast is it going."""
+"""Training dashboard: is the policy learning, is it better on tasks it never trained on (the
+held-out evaluation), and is it healthy (the collapse signals the seeds saw: advantages near 0,
+entropy falling, grad norm exploding), and how fast is it going."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def build() -> db.Dashboard:
             + [(f"seconds {k}", e) for k, e in quantiles(f"{T}episode_duration_seconds")],
         )
     )
+    d = evaluation(d)
     d = d.with_row(row("Policy health"))
     d = d.with_panel(
         graph("KL and entropy", "k3 KL to the reference; token entropy (collapse shows here).",
@@ -98,5 +100,55 @@ def build() -> db.Dashboard:
             [(f"step {k}", e) for k, e in quantiles(f"{T}step_duration_seconds")]
             + [(f"learner {k}", e) for k, e in quantiles(f"{T}learner_step_duration_seconds")],
             "s",
+        )
+    )
+
+
+def evaluation(d: db.Dashboard) -> db.Dashboard:
+    """The held-out evaluation (spec.evaluation): gauges that hold the last evaluation's figures
+    until the next one, so their lines step at each evaluated step."""
+    d = d.with_row(row("Evaluation (held-out tasks)"))
+    d = d.with_panel(
+        graph(
+            "Held-out success rate and pass@k",
+            "Success rate of the last evaluation (successes / scored episodes; infrastructure "
+            "failures are excluded) and pass@k for k = 1 and k = episodes per task.",
+            [
+                gauge("eval_success_ratio", "success"),
+                (f"{BY_POD} pass@{{{{k}}}}", f"{T}eval_pass_at_k_ratio{{{NS}}}"),
+            ],
+            "percentunit",
+        )
+    )
+    d = d.with_panel(
+        graph(
+            "Held-out success by task",
+            "Success rate of each held-out task at the last evaluation.",
+            [(f"{BY_POD} {{{{task}}}}", f"{T}eval_task_success_ratio{{{NS}}}")],
+            "percentunit",
+        )
+    )
+    d = d.with_panel(single("Evaluated step", "Step of the last evaluation (0: before training).",
+                            f"{T}eval_step{{{NS}}}"))  # fmt: skip
+    d = d.with_panel(
+        single(
+            "Evaluation time",
+            "Wall time of the last evaluation.",
+            f"{T}eval_duration_seconds{{{NS}}}",
+            "s",
+        )
+    )
+    return d.with_panel(
+        stacked(
+            "Evaluation episodes by outcome",
+            "Evaluation episodes per second by outcome; an infrastructure failure is counted "
+            "under its reason and never scored.",
+            [
+                (
+                    "{{outcome}}",
+                    f"sum by (outcome) (rate({T}eval_episodes_total{{{NS}}}[$__rate_interval]))",
+                )
+            ],
+            "ops",
         )
     )

@@ -71,13 +71,15 @@ def build_service_account(run: Obj) -> Obj:
 
 
 def build_role(run: Obj) -> Obj:
-    """Discover the pool's sandboxes, read its config, patch this run's status; nothing more.
+    """Discover the pool's sandboxes, read its config and task ConfigMaps (training and held-out),
+    patch this run's status; nothing more.
     No Secret: the token reaches the trainer as a mounted file, and a Role granting a Secret
     read would need the operator itself to hold Secret read (RBAC escalation check)."""
     name, spec = run["metadata"]["name"], run["spec"]
     configs = [names.run_child(name, "config")]
-    if spec["tasks"].get("configMapRef"):
-        configs.append(spec["tasks"]["configMapRef"])
+    for tasks in (spec["tasks"], (spec.get("evaluation") or {}).get("tasks") or {}):
+        if tasks.get("configMapRef") and tasks["configMapRef"] not in configs:
+            configs.append(tasks["configMapRef"])
     rules: list[Obj] = [
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],

@@ -1,7 +1,8 @@
 """A TrainingRun's operator-owned status, computed whole from its Job and its pool.
 
-The trainer patches step, totalSteps, meanReward, successRate, tokensPerSecond and lastCheckpoint;
-this module never writes those, so the two writers never fight over a field.
+The trainer patches step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint and
+evaluation; this module never writes those, so the two writers never fight over a field. A run
+with steps 0 (evaluation only) goes through the same phases as any other.
 """
 
 from __future__ import annotations
@@ -121,7 +122,8 @@ def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
     if job and job.failed_reason:
         return FAILED, job.failed_reason, job.failed_message or "trainer Job failed"
     if job and job.complete:
-        return SUCCEEDED, "Completed", "trainer finished all steps"
+        done = "its evaluation" if spec.get("steps") == 0 else "all steps"
+        return SUCCEEDED, "Completed", f"trainer finished {done}"
     if spec.get("suspend"):
         return SUSPENDED, "Suspended", "suspended by spec.suspend"
     blocked = next((p for p in seen.pods if p.unschedulable), None)

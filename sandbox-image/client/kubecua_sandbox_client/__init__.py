@@ -22,9 +22,11 @@ from kubecua_sandbox_client.models import (
     StepRequest,
     StepResult,
 )
+from kubecua_sandbox_client.success import SUCCESS_SCORE, is_success
 
 __all__ = [
     "SPECIAL_ACTIONS",
+    "SUCCESS_SCORE",
     "EpisodeCreate",
     "EpisodeStarted",
     "ErrorBody",
@@ -42,4 +44,5 @@ __all__ = [
     "SettleOptions",
     "StepRequest",
     "StepResult",
+    "is_success",
 ]

@@ -33,6 +33,7 @@ from kubecua_sandbox_client import (
     SettleOptions,
     StepRequest,
     StepResult,
+    is_success,
 )
 
 log = logging.getLogger("kubecua.episode")
@@ -44,6 +45,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def scored_outcome(score: float) -> str:
+    """The outcome label of an evaluated episode, by the definition the trainer shares."""
+    return "success" if is_success(score) else "failure"
 
 
 class ApiError(Exception):
@@ -314,7 +320,7 @@ class Sandbox:
         except Exception as e:
             raise ApiError(502, "EvaluationFailed", f"evaluation failed: {e!r}") from e
         self.metrics.evaluate_duration.observe(time.monotonic() - t0)
-        self.metrics.episodes.labels(outcome="success" if score >= 1.0 else "failure").inc()
+        self.metrics.episodes.labels(outcome=scored_outcome(score)).inc()
         ep.done, ep.scored = True, True
         return Evaluation(score=score, details=details)
 

@@ -1,12 +1,199 @@
-"""The evaluation stage of a run (pipeline.py). STUB: the evaluation helper replaces it."""
+"""The evaluation stage of a run (pipeline.py): held-out tasks at step 0, every
+evaluation.everySteps steps and at the last step; a run with steps 0 only evaluates.
+
+A step is evaluated once: evaluations/step-NNNN/summary.json on disk marks it done, so a resumed
+run skips it, and a run killed mid-evaluation evaluates it again. An evaluated step is
+checkpointed first (when checkpoint.everySteps did not already), so an evaluation that fails or
+is stopped never costs training work, and the weights behind each figure stay on disk (within
+checkpoint.keep) for a standalone evaluation. A stop abandons an evaluation (its sandboxes are
+released) and the run exits as stopped.
+Figures: evaluation/scoring.py; files: evaluation/results.py; episodes: evaluation/runner.py.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import time
+import weakref
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kubecua_trainer.config import ConfigError, EvaluationConfig
+from kubecua_trainer.evaluation import results
+from kubecua_trainer.evaluation.runner import (
+    eval_rollout,
+    play_evaluation,
+    sampling_seed,
+    seeded_sampling,
+)
+from kubecua_trainer.evaluation.scoring import TaskFigures, summarize
+from kubecua_trainer.rollout.records import EpisodeResult
+from kubecua_trainer.rollout.tasks import load_tasks
+from kubecua_trainer.status import build_evaluation_status
 
 if TYPE_CHECKING:
     from kubecua_trainer.train import Loop
 
+# The held-out tasks of the current run, loaded (and checked) at its first call: a ConfigMap
+# that is briefly unreadable later on must not fail a run between two evaluations.
+_held_out: tuple[weakref.ref[Loop], list[dict], dict[str, str]] | None = None
+
+
+def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
+    """Step 0 when atStart (always for an evaluate-only run), every everySteps, the last step.
+    Example: everySteps 2, 5 steps, atStart: 0, 2, 4, 5."""
+    if step == 0:
+        return cfg.at_start or steps == 0
+    return step == steps or (cfg.every_steps > 0 and step % cfg.every_steps == 0)
+
+
+def held_out_tasks(lp: Loop) -> tuple[list[dict], dict[str, str]]:
+    """(tasks, domain by id) of spec.evaluation.tasks; ConfigError when one is also trained on."""
+    global _held_out
+    if _held_out is not None and _held_out[0]() is lp:
+        return _held_out[1], _held_out[2]
+    cfg = lp.spec.evaluation
+    assert cfg is not None
+    domains: dict[str, str] = {}
+    tasks = load_tasks(cfg.tasks, lp.run.namespace, field="spec.evaluation.tasks", domains=domains)
+    trained = sorted({str(t["id"]) for t in lp.tasks} & set(domains))
+    if trained and lp.spec.steps > 0:  # an evaluate-only run trains on nothing
+        raise ConfigError(
+            f"spec.evaluation.tasks: held-out tasks are never trained on, but {trained} "
+            "are also in spec.tasks: remove them from one of the two"
+        )
+    _held_out = (weakref.ref(lp), tasks, domains)
+    return tasks, domains
+
 
 async def evaluate_if_due(lp: Loop, step: int) -> None:
-    return None
+    cfg = lp.spec.evaluation
+    if cfg is None:
+        return
+    first = _held_out is None or _held_out[0]() is not lp
+    tasks, domains = held_out_tasks(lp)
+    out_dir = _out_dir(lp)
+    d = lp.dist
+    if first and d.is_main:
+        _republish_last(lp, out_dir)
+    if not is_due(cfg, step, lp.spec.steps):
+        return
+    if d.broadcast(results.is_done(out_dir, step) if d.is_main else None):
+        return  # a resumed run: this step's figures are on disk already
+    if step > lp.saver.step:  # collective, as every rank gets here
+        lp.saver.save(step)  # the work behind the figures is kept whatever happens next
+    t0 = time.monotonic()
+    episodes = await _play(lp, cfg, tasks, step)
+    if episodes is None:
+        lp.progress.say(f"evaluation of step {step} stopped; the next run evaluates it again")
+        lp.result.stopped_at = lp.saver.step  # the run is not finished: exit as stopped
+        return
+    if d.is_main:
+        summary = _summary(lp, cfg, step, episodes, tasks, domains, time.monotonic() - t0)
+        results.write_results(results.start_fresh(out_dir, step), summary, episodes, domains)
+        _publish(lp, summary, episodes)
+
+
+async def _play(
+    lp: Loop, cfg: EvaluationConfig, tasks: list[dict], step: int
+) -> list[EpisodeResult] | None:
+    """Every rank plays its share; rank 0 gets them all (key order). None: a stop abandoned it
+    (on any rank)."""
+    d, stop = lp.dist, lp.stop
+    total = len(tasks) * cfg.episodes_per_task
+    lp.progress.start_step(step, total)
+    lp.progress.bar.update(lp.progress.steps, info=f"step {step}: evaluation")
+
+    def on_episode(ep: EpisodeResult) -> None:
+        lp.progress.episode_done(ep.outcome)
+
+    ro = eval_rollout(lp.ro, cfg)
+    share = (d.rank, d.world)
+    play = play_evaluation(ro, tasks, step, cfg.episodes_per_task, on_episode, share)
+    finishing, stop.finishing = stop.finishing, False  # an evaluation is abandoned, not finished
+    try:
+        with seeded_sampling(sampling_seed(lp.spec.seed, step, d.rank)):
+            done, played = await stop.unless_stopped(play)
+    finally:
+        stop.finishing = finishing
+    if d.any(not done):
+        return None
+    gathered = d.all_gather(played)
+    return sorted((e for mine in gathered for e in mine), key=lambda e: e.key)
+
+
+def _summary(
+    lp: Loop,
+    cfg: EvaluationConfig,
+    step: int,
+    episodes: list[EpisodeResult],
+    tasks: list[dict],
+    domains: dict[str, str],
+    seconds: float,
+) -> dict[str, Any]:
+    figures = []
+    for task in tasks:
+        tid = str(task["id"])
+        mine = [e for e in episodes if e.task_id == tid]
+        figures.append(TaskFigures(tid, domains.get(tid, "default"), mine))
+    overall = summarize(figures, cfg.episodes_per_task)
+    tasks_rows = overall.pop("tasks")
+    return {
+        "step": step,
+        "model": Path(lp.spec.model.path).name,
+        "seed": lp.spec.seed,
+        "temperature": cfg.temperature,
+        "episodes_per_task": cfg.episodes_per_task,
+        "max_turns": cfg.max_turns or lp.spec.algorithm.max_turns,
+        **overall,
+        "tasks": tasks_rows,
+        "seconds": round(seconds, 3),
+    }
+
+
+def _publish(lp: Loop, summary: dict[str, Any], episodes: list[EpisodeResult]) -> None:
+    """Metrics, the TrainingRun status (in a cluster) and one console line."""
+    lp.saver.metrics.observe_evaluation(summary, Counter(e.outcome for e in episodes))
+    if lp.patcher is not None:
+        lp.patcher.patch({"evaluation": build_evaluation_status(summary)})
+    lp.progress.say(console_line(summary))
+
+
+def _republish_last(lp: Loop, out_dir: Path) -> None:
+    """A resumed run shows its newest evaluation (up to its checkpoint) on its new metrics
+    endpoint and in the status again: a restarted pod's gauges start empty, and a kill between
+    summary.json and the status patch would leave the status behind."""
+    done = [row["step"] for row in results.read_history(out_dir) if row["step"] <= lp.saver.step]
+    done = [s for s in done if results.is_done(out_dir, s)]
+    if not done:
+        return
+    path = results.step_dir(out_dir, max(done)) / "summary.json"
+    summary = json.loads(path.read_text())
+    lp.saver.metrics.observe_evaluation(summary, {})  # its episodes were counted by that run
+    if lp.patcher is not None:
+        finished = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        lp.patcher.patch({"evaluation": build_evaluation_status(summary, finished)})
+
+
+def console_line(summary: dict[str, Any]) -> str:
+    """e.g. "evaluation at step 4: success 38% of 8 scored episodes (1 excluded: timeout 1),
+    pass@4 75%, 12.3s"."""
+    rate = summary["success_rate"]
+    text = f"evaluation at step {summary['step']}: "
+    text += f"success {rate:.0%}" if rate is not None else "success n/a"
+    text += f" of {summary['scored']} scored episodes"
+    if summary["excluded"]:
+        reasons = ", ".join(f"{k} {n}" for k, n in summary["excluded_by_reason"].items())
+        text += f" ({summary['excluded']} excluded: {reasons})"
+    k = max(summary["pass_at_k"], key=int)
+    if k != "1" and summary["pass_at_k"][k] is not None:
+        text += f", pass@{k} {summary['pass_at_k'][k]:.0%}"
+    return text + f", {summary['seconds']:.1f}s"
+
+
+def _out_dir(lp: Loop) -> Path:
+    from kubecua_trainer.train import run_dirs  # train imports this module through pipeline
+
+    return run_dirs(lp.spec)[0]

@@ -56,10 +56,11 @@ class Rollout:
     algorithm: AlgorithmConfig
     rollout: RolloutConfig
 
-    def sampling(self) -> SamplingParams:
+    def sampling(self, temperature: float | None = None) -> SamplingParams:
+        """temperature: this episode's (a scheduled step's, or 0 = greedy); default the run's."""
         stop = self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
         return SamplingParams(
-            temperature=self.algorithm.temperature,
+            temperature=self.algorithm.temperature if temperature is None else temperature,
             max_new_tokens=self.algorithm.max_new_tokens,
             stop_token_ids=(int(stop),),
         )
@@ -78,8 +79,13 @@ class Rollout:
         )
 
 
-async def play_episode(ro: Rollout, task: dict[str, Any], group_id: str, key: str) -> EpisodeResult:
+async def play_episode(
+    ro: Rollout, task: dict[str, Any], group_id: str, key: str, *, temperature: float | None = None
+) -> EpisodeResult:
+    """temperature: sample at this (0 = greedy) instead of algorithm.temperature; its samples
+    record it, so the learner recomputes their log-probs at the same temperature."""
     result = EpisodeResult(task_id=str(task.get("id", "")), group_id=group_id, key=key)
+    sampling = ro.sampling(temperature)
     started = time.monotonic()
     while True:  # retry only while no episode was started: busy or resetting sandboxes
         async with ro.leases.lease() as lease:
@@ -87,7 +93,7 @@ async def play_episode(ro: Rollout, task: dict[str, Any], group_id: str, key: st
             client = SandboxClient(lease.url, ro.token, timeout=ro.rollout.episode_timeout_seconds)
             held = time.monotonic()
             try:
-                if await _on_sandbox(ro, client, lease, task, result):
+                if await _on_sandbox(ro, client, lease, task, result, sampling):
                     break
             finally:
                 await client.aclose()
@@ -97,7 +103,12 @@ async def play_episode(ro: Rollout, task: dict[str, Any], group_id: str, key: st
 
 
 async def _on_sandbox(
-    ro: Rollout, client: SandboxClient, lease: Lease, task: dict[str, Any], result: EpisodeResult
+    ro: Rollout,
+    client: SandboxClient,
+    lease: Lease,
+    task: dict[str, Any],
+    result: EpisodeResult,
+    sampling: SamplingParams,
 ) -> bool:
     """Run the episode on this sandbox; False when it was busy and another should be tried."""
     deadline = asyncio.get_running_loop().time() + ro.rollout.episode_timeout_seconds
@@ -128,7 +139,8 @@ async def _on_sandbox(
                 result.fail("invalid_task", str(err))
                 return True
             episode_id, result.instruction = begun.episode_id, begun.instruction
-            await _play_turns(ro, client, episode_id, begun.observation.screenshot, result)
+            shot = begun.observation.screenshot
+            await _play_turns(ro, client, episode_id, shot, result, sampling)
     except TimeoutError:
         result.fail("timeout", f"over {ro.rollout.episode_timeout_seconds:.0f}s")
     except SandboxUnavailable as err:
@@ -143,12 +155,16 @@ async def _on_sandbox(
 
 
 async def _play_turns(
-    ro: Rollout, client: SandboxClient, episode_id: str, screenshot: str, result: EpisodeResult
+    ro: Rollout,
+    client: SandboxClient,
+    episode_id: str,
+    screenshot: str,
+    result: EpisodeResult,
+    sampling: SamplingParams,
 ) -> None:
     screen = await asyncio.to_thread(decode_screen, screenshot, ro.fit)
     ctx = ro.new_context(screen)
     user: tuple[str, Screen | None] = (first_user_text(result.instruction), screen)
-    sampling = ro.sampling()
     for turn_no in range(ro.algorithm.max_turns):
         text, shown = user
         ctx.add_user(text, shown.image if shown else None)
@@ -181,7 +197,7 @@ async def _play_turns(
             user = (turn.feedback or "", None)
     result.final_screenshot, result.final_screen = screen.image, screen.encoded
     result.screen_size = (screen.screen_width, screen.screen_height)
-    await _evaluate(client, episode_id, result, ctx)
+    await _evaluate(client, episode_id, result, ctx, sampling.temperature)
 
 
 async def _step(
@@ -206,7 +222,11 @@ async def _step(
 
 
 async def _evaluate(
-    client: SandboxClient, episode_id: str, result: EpisodeResult, ctx: EpisodeContext
+    client: SandboxClient,
+    episode_id: str,
+    result: EpisodeResult,
+    ctx: EpisodeContext,
+    temperature: float,
 ) -> None:
     try:
         evaluation = await client.evaluate(episode_id)
@@ -222,6 +242,7 @@ async def _evaluate(
     result.samples = ctx.samples(evaluation.score)
     for sample in result.samples:
         sample.task_id, sample.group_id = result.task_id, result.group_id
+        sample.temperature = temperature
 
 
 def _never_started(hand_back: asyncio.Future[Any]) -> bool:

@@ -2,7 +2,8 @@
 
 Concurrency is bounded by rollout.maxInFlightEpisodes (a semaphore) and by the sandboxes
 themselves (SandboxLeases waits when all are busy). Tasks are drawn by a seeded shuffle that walks
-the whole task list before repeating, so step s of a resumed run gets the same tasks.
+the whole task list before repeating, so step s of a resumed run gets the same tasks. The sampling
+temperature is the step's (scheduled_temperature), also for a step that plays ahead.
 """
 
 from __future__ import annotations
@@ -46,23 +47,39 @@ def tasks_for_step(tasks: list[dict[str, Any]], step: int, per_step: int, seed: 
     return picked
 
 
+def scheduled_temperature(start: float, end: float | None, step: int, steps: int) -> float:
+    """The sampling temperature of step `step` (1-based) of `steps`: linear from `start` at step 1
+    to `end` at the last step; `end` None keeps `start` (algorithm.temperature, temperatureEnd).
+
+    Example: 0.8 -> 0.5 over 4 steps: 0.8, 0.7, 0.6, 0.5. One step, or a step outside 1..steps,
+    gets the nearest end of the line.
+    """
+    if end is None or steps <= 1:
+        return start
+    done = min(max(step - 1, 0), steps - 1) / (steps - 1)
+    return start + (end - start) * done
+
+
 async def rollout_groups(
     ro: Rollout,
     tasks: list[dict[str, Any]],
     step: int,
     on_episode: Callable[[EpisodeResult], None] | None = None,
     share: tuple[int, int] = (0, 1),
+    temperature: float | None = None,
 ) -> list[Group]:
     """Play G episodes per task concurrently; return the groups in task order.
 
     share (rank, world): play only the episodes this rank owns (distributed.episode_owner); the
-    groups then hold this rank's members, and the loop gathers the other ranks' (merge_groups)."""
+    groups then hold this rank's members, and the loop gathers the other ranks' (merge_groups).
+    temperature: the step's sampling temperature (default algorithm.temperature)."""
     limit = asyncio.Semaphore(ro.rollout.max_in_flight_episodes)
     groups = [Group(str(t.get("id", i)), f"s{step:04d}-g{i:02d}") for i, t in enumerate(tasks)]
 
     async def one(task: dict[str, Any], group: Group, e: int) -> EpisodeResult:
         async with limit:
-            result = await play_episode(ro, task, group.group_id, f"{group.group_id}-e{e:02d}")
+            key = f"{group.group_id}-e{e:02d}"
+            result = await play_episode(ro, task, group.group_id, key, temperature=temperature)
         if on_episode is not None:
             on_episode(result)
         return result

@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
+# What a solved task is: the episode server's definition too (kubecua_sandbox_client.success).
+from kubecua_sandbox_client import SUCCESS_SCORE as SUCCESS_SCORE
+from kubecua_sandbox_client import is_success as is_success
+
 if TYPE_CHECKING:
     from kubecua_trainer.tokens import Sample
-
-SUCCESS_SCORE = 0.999  # OSWorld counts a task as solved at score 1.0; scores can be fractional
 
 # Outcomes of an episode that ran to evaluation, and the infrastructure failures that exclude an
 # episode from the loss (DESIGN.md decision 5: a failure is never trained as reward 0).
@@ -73,7 +75,7 @@ class EpisodeResult:
 
     def score(self, reward: float) -> None:
         self.reward = reward
-        self.outcome = "success" if reward >= SUCCESS_SCORE else "failure"
+        self.outcome = "success" if is_success(reward) else "failure"
 
     def summary(self) -> dict[str, Any]:
         """The JSON line saved per episode (screenshots are saved beside it as files)."""

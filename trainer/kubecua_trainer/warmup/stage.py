@@ -1,12 +1,80 @@
-"""The warm-up stage of a run (pipeline.py). STUB: the warm-up helper replaces it."""
+"""The warm-up stage of a run (pipeline.py): spec.warmup's supervised fine-tuning before GRPO.
+
+It runs once per run: only while the run has no checkpoint, and it ends by writing the checkpoint
+of step 0, so a resumed run skips it. A run killed (or stopped) during the warm-up has no
+checkpoint yet and redoes the warm-up from the start when it resumes. Afterwards the engine gets
+the warmed weights (its own copy refreshed, or a disk-loading server sent the checkpoint).
+Each epoch's loss goes to the log and the console; <outputDir>/warmup.json keeps them all.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import time
 from typing import TYPE_CHECKING
+
+from kubecua_trainer.sharded import refresh_weights
+from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
+from kubecua_trainer.warmup.sft import fit_demonstrations
 
 if TYPE_CHECKING:
     from kubecua_trainer.train import Loop
+    from kubecua_trainer.trajectories import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 async def warm_up_if_needed(lp: Loop) -> None:
-    return None
+    spec, saver, d = lp.spec, lp.saver, lp.dist
+    if spec.warmup is None or saver.path is not None:
+        return
+    cfg = spec.warmup
+    demos = load_demonstrations(spec, lp.run.namespace)
+    say = lp.progress.say if d.is_main else (lambda _: None)
+    say(
+        f"warm-up: {len(demos)} demonstrations of {len({x.task_id for x in demos})} tasks, "
+        f"{cfg.epochs} epoch(s) of batches of {cfg.batch_size}, learning rate {cfg.learning_rate:g}"
+    )
+
+    def build(demo: Trajectory) -> list:
+        return demo_samples(saver.policy, demo, spec.algorithm, spec.rollout)
+
+    def on_epoch(epoch: int, loss: float) -> None:
+        log.info("warm-up epoch %d/%d: loss %.4f", epoch, cfg.epochs, loss)
+        say(f"warm-up epoch {epoch}/{cfg.epochs}: loss {loss:.4f} per reply token")
+
+    def should_stop() -> bool:  # every rank answers alike: the steps hold collectives
+        return d.any(lp.stop.requested.is_set())
+
+    t0 = time.monotonic()
+    fit = await asyncio.to_thread(
+        fit_demonstrations, saver.learner, demos, build, cfg, spec.seed, on_epoch, should_stop
+    )
+    if fit.stopped:
+        say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
+        return
+    path = saver.save(0)
+    if d.is_main:
+        summary = {
+            "demonstrations": len(demos),
+            "tasks": sorted({x.task_id for x in demos}),
+            "epochs": cfg.epochs,
+            "optimizer_steps": fit.steps,
+            "reply_tokens_per_epoch": fit.tokens_per_epoch,
+            "epoch_losses": [round(x, 6) for x in fit.epoch_losses],
+            "seconds": round(time.monotonic() - t0, 3),
+            "checkpoint": path,
+        }
+        (lp.result.out_dir / "warmup.json").write_text(json.dumps(summary, indent=1) + "\n")
+    await _engine_gets_weights(lp, path)
+
+
+async def _engine_gets_weights(lp: Loop, path: str) -> None:
+    """The engine plays GRPO's first episodes with the warmed weights (version 0)."""
+    from kubecua_trainer.train import _sync_engine  # train imports this module
+
+    if lp.gen is not lp.saver.policy:  # the engine's own copy (always, under torchrun)
+        await asyncio.to_thread(refresh_weights, lp.saver.policy.model, lp.gen, 0)
+    await _sync_engine(lp, 0, path)  # servers that load from disk; a no-op otherwise

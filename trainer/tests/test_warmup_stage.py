@@ -1,0 +1,218 @@
+"""The warm-up stage in real runs (loopback sandboxes, the real tiny model): it raises the
+probability of every demonstrated reply, checkpoints step 0 so a resume skips it, redoes itself
+from the start after a kill, and refuses bad demonstrations naming spec.warmup.demonstrations."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from loopback_sandbox import TOKEN, LoopbackSandbox, task
+from safetensors.torch import load_file
+from test_warmup_demos import ScriptedEngine
+
+from kubecua_trainer.config import (
+    API_VERSION,
+    KIND,
+    AlgorithmConfig,
+    ConfigError,
+    RolloutConfig,
+    TrainingRun,
+    parse_training_run,
+)
+from kubecua_trainer.learner import Learner
+from kubecua_trainer.model import Policy, load_policy
+from kubecua_trainer.rollout.episode import Rollout, play_episode
+from kubecua_trainer.sources.leases import SandboxLeases
+from kubecua_trainer.sources.static import StaticSource
+from kubecua_trainer.train import RunOptions, Stop, train
+from kubecua_trainer.trajectories import read_trajectories, write_trajectories
+from kubecua_trainer.warmup.demos import demo_samples
+from kubecua_trainer.warmup.sft import reply_logprob
+
+pytestmark = pytest.mark.asyncio
+
+MAX_PIXELS = 112 * 84
+DEMOS = {  # task id -> the demonstrated replies (each episode succeeds on the loopback sandbox)
+    "t1": ["Click it.\n```python\npyautogui.click(30, 40)\n```", "DONE"],
+    "t2": ["```python\npyautogui.press('enter')\n```", "All done. DONE"],
+}
+WARMUP = {"epochs": 8, "batchSize": 2, "learningRate": 1e-2}
+
+
+async def write_demos(policy: Policy, path: Path) -> Path:
+    """Episodes played on a loopback sandbox with the scripted replies, written as the trainer
+    writes its own (trajectories.py)."""
+    with LoopbackSandbox() as sandbox:
+        leases = SandboxLeases()
+        leases.set_ready([sandbox.url])
+        for i, (tid, replies) in enumerate(DEMOS.items()):
+            algorithm = AlgorithmConfig(max_turns=len(replies), max_new_tokens=64)
+            rollout = RolloutConfig(max_pixels=MAX_PIXELS, episode_timeout_seconds=60)
+            engine = ScriptedEngine(policy, replies)
+            ro = Rollout(policy, engine, leases, TOKEN, algorithm, rollout)
+            ep = await play_episode(ro, task(tid, "clicked", 1), f"g{i}", f"demo-{tid}")
+            assert ep.outcome == "success", (tid, ep.detail)
+            write_trajectories(path, [ep])
+    return path
+
+
+def warm_run(tmp: Path, model: Path, url: str, demos: Path, **spec: Any) -> TrainingRun:
+    tasks = tmp / "tasks"
+    tasks.mkdir(parents=True, exist_ok=True)
+    for tid in ("t1", "t2", "held-out"):
+        (tasks / f"{tid}.json").write_text(json.dumps(task(tid)))
+    body = {
+        "model": {"path": str(model), "dtype": "float32"},
+        "sandboxes": {"urls": [url]},
+        "tasks": {"path": str(tasks), "ids": ["t1", "t2"]},
+        "algorithm": {"groupSize": 2, "tasksPerStep": 1, "maxTurns": 1, "maxNewTokens": 4},
+        "rollout": {"maxPixels": MAX_PIXELS, "episodeTimeoutSeconds": 60},
+        "trainer": {"gradientCheckpointing": False},
+        "checkpoint": {"everySteps": 1, "keep": 5},
+        "metrics": {"port": 0},
+        "warmup": {"demonstrations": str(demos), **WARMUP},
+        "steps": 1,
+        "outputDir": str(tmp / "out"),
+        **spec,
+    }
+    return parse_training_run(
+        {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "w"}, "spec": body}
+    )
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(next(checkpoint.glob("*.safetensors"))))
+
+
+async def test_warm_up_raises_every_demonstrated_replys_probability(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy
+) -> None:
+    demos = await write_demos(policy, tmp_path / "demos" / "demos.jsonl")
+    with LoopbackSandbox() as sandbox:
+        run = warm_run(tmp_path, tiny_model_dir, sandbox.url, demos)
+        result = await train(
+            run, RunOptions(console=False, source=StaticSource([sandbox.url], TOKEN))
+        )
+    assert [row["step"] for row in result.history] == [1]  # then GRPO went on
+    summary = json.loads((tmp_path / "out/warmup.json").read_text())
+    assert summary["demonstrations"] == 2
+    assert summary["optimizer_steps"] == WARMUP["epochs"]  # 2 demos, batches of 2
+    losses = summary["epoch_losses"]
+    assert len(losses) == WARMUP["epochs"]
+    print("warm-up losses", losses)
+    assert losses[-1] < 0.6 * losses[0], losses  # per reply token: 6.14 -> 3.32 measured
+    warmed = load_policy(summary["checkpoint"], device="cpu")
+    assert Path(summary["checkpoint"]).name == "step-00000000"
+    algorithm, rollout = run.spec.algorithm, run.spec.rollout
+    for demo in read_trajectories(demos):
+        (sample,) = demo_samples(policy, demo, algorithm, rollout)
+        before = reply_logprob(policy, sample)
+        after = reply_logprob(warmed, sample)
+        print(f"{demo.task_id}: log P(replies) {before:.2f} -> {after:.2f}")
+        assert before < -20.0  # a random tiny model: far less likely than 1 in e^20
+        assert after > before + 10.0, (demo.task_id, before, after)
+
+
+async def test_a_run_killed_during_warm_up_redoes_it_from_the_start(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demos = await write_demos(policy, tmp_path / "demos.jsonl")
+    real_step = Learner.supervised_step
+    calls: list[int] = []
+
+    def dies_at_the_third_step(self: Learner, samples: list, optimizer: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed")  # the process dies here: nothing after it runs
+        return real_step(self, samples, optimizer)
+
+    with LoopbackSandbox() as sandbox:
+        source = StaticSource([sandbox.url], TOKEN)
+        run = warm_run(tmp_path / "a", tiny_model_dir, sandbox.url, demos)
+        monkeypatch.setattr(Learner, "supervised_step", dies_at_the_third_step)
+        with pytest.raises(RuntimeError, match="killed"):
+            await train(run, RunOptions(console=False, source=source))
+        assert not list((tmp_path / "a/out/checkpoints").glob("step-*"))  # nothing saved
+        monkeypatch.setattr(Learner, "supervised_step", real_step)
+        calls.clear()
+        resumed = await train(run, RunOptions(console=False, source=source))
+        # The same run, never interrupted, for comparison.
+        fresh = warm_run(tmp_path / "b", tiny_model_dir, sandbox.url, demos)
+        await train(fresh, RunOptions(console=False, source=source))
+    assert [row["step"] for row in resumed.history] == [1]
+    summary = json.loads((tmp_path / "a/out/warmup.json").read_text())
+    assert len(summary["epoch_losses"]) == WARMUP["epochs"]  # every epoch, from the first
+    again = json.loads((tmp_path / "b/out/warmup.json").read_text())
+    assert summary["epoch_losses"] == again["epoch_losses"]
+    a = weights(tmp_path / "a/out/checkpoints/step-00000000")
+    b = weights(tmp_path / "b/out/checkpoints/step-00000000")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the warm-up redone whole, not half
+
+    # A third start of the finished run resumes at its last checkpoint: no warm-up again.
+    monkeypatch.setattr(Learner, "supervised_step", dies_at_the_third_step)
+    calls.clear()
+    with LoopbackSandbox() as sandbox:
+        more = warm_run(tmp_path / "a", tiny_model_dir, sandbox.url, demos, steps=2)
+        await train(more, RunOptions(console=False, source=StaticSource([sandbox.url], TOKEN)))
+    assert calls == []
+
+
+async def test_bad_demonstrations_are_refused_naming_the_field(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy
+) -> None:
+    demos = await write_demos(policy, tmp_path / "demos.jsonl")
+    (tmp_path / "tasks").mkdir()
+    failures = tmp_path / "failures.jsonl"
+    lines = [json.loads(x) for x in demos.read_text().splitlines()]
+    failures.write_text("".join(json.dumps({**x, "outcome": "failure"}) + "\n" for x in lines))
+    tasks = str(tmp_path / "tasks")
+    held_out = {  # t2 is demonstrated, but held out
+        "tasks": {"path": tasks, "ids": ["t1"]},
+        "evaluation": {"tasks": {"path": tasks, "ids": ["t2"]}},
+    }
+    cases = [
+        (tmp_path / "missing.jsonl", {}, "no such trajectory file"),
+        (failures, {}, "no successful demonstrations"),
+        (demos, held_out, r"held-out tasks \['t2'\]"),
+    ]
+    with LoopbackSandbox() as sandbox:
+        for path, extra, message in cases:
+            run = warm_run(tmp_path, tiny_model_dir, sandbox.url, path, **extra)
+            source = StaticSource([sandbox.url], TOKEN)
+            with pytest.raises(ConfigError, match=f"spec.warmup.demonstrations: .*{message}"):
+                await train(run, RunOptions(console=False, source=source))
+    assert not list((tmp_path / "out/checkpoints").glob("step-*"))
+
+
+async def test_a_stop_during_warm_up_saves_nothing_and_ends_the_run(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM (a Stop) during the warm-up: it ends before its next optimizer step, no step-0
+    checkpoint is written (a half warm-up is never resumed from) and the run reports a stop."""
+    demos = await write_demos(policy, tmp_path / "demos.jsonl")
+    stop, loop = Stop(), asyncio.get_running_loop()
+    real_step = Learner.supervised_step
+    calls: list[int] = []
+
+    def stops_after_two_steps(self: Learner, samples: list, optimizer: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            loop.call_soon_threadsafe(stop.requested.set)  # as the SIGTERM handler would
+        return real_step(self, samples, optimizer)
+
+    monkeypatch.setattr(Learner, "supervised_step", stops_after_two_steps)
+    with LoopbackSandbox() as sandbox:
+        run = warm_run(tmp_path, tiny_model_dir, sandbox.url, demos)
+        opts = RunOptions(console=False, source=StaticSource([sandbox.url], TOKEN), stop=stop)
+        result = await train(run, opts)
+    assert result.stopped_at == 0
+    assert len(calls) < WARMUP["epochs"]
+    assert result.history == []
+    assert not list((tmp_path / "out/checkpoints").glob("step-*"))
+    assert not (tmp_path / "out/warmup.json").exists()
