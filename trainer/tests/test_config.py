@@ -155,7 +155,8 @@ def test_example_manifest_is_valid_local_run(monkeypatch) -> None:
     assert run.spec.sandboxes.local is not None
     assert run.spec.sandboxes.local.replicas == 2
     assert run.spec.model.path == "/cache/models/bench-typeword"  # learningbench.run --prepare
-    assert run.spec.tasks.path is not None and run.spec.evaluation is not None
+    assert run.spec.tasks.path is not None
+    assert run.spec.evaluation is not None
     assert run.spec.tasks.path.endswith("sandbox-image/tasks/typeword/train")
     assert str(run.spec.evaluation.tasks.path).endswith("sandbox-image/tasks/typeword/heldout")
     assert run.spec.warmup is not None

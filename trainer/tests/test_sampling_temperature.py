@@ -54,7 +54,12 @@ async def test_learner_log_probs_at_the_samples_temperature_are_the_engines(
             own, _ = token_logprobs(policy, s, 0.6)
             run_default, _ = token_logprobs(policy, s, 1.0)
         assert torch.allclose(own, behaviour, atol=1e-4), (own - behaviour).abs().max()
-        assert float((run_default - behaviour).abs().mean()) > 0.05  # what the old learner used
+        # What the old learner used (the run's temperature) is off by far more than numerics.
+        # Relative, not an absolute figure: how far it is off depends on how peaked the shared
+        # tiny policy's logits are after the tests before this one.
+        off = float((run_default - behaviour).abs().mean())
+        assert off > 1e-3, off
+        assert off > 50 * float((own - behaviour).abs().max()), off
     metrics = Learner(policy, ro.algorithm).step(samples)
     assert metrics["logprob_mismatch"] < 1e-5
 
