@@ -431,6 +431,7 @@ def main() -> None:
     import desktop_tasks  # noqa: F401
     import office_tasks  # noqa: F401
     import system_tasks  # noqa: F401
+    import typeword_tasks  # noqa: F401
 
     if not args.check:
         write_all()

@@ -56,7 +56,9 @@ def task(
     ref: list,
     wrong: list,
     apps: list[str] | None = None,
+    folder: str | None = None,
 ) -> None:
+    """Register a task; its files go to <folder or area>/<tid>.json (a family's split folders)."""
     TASKS.append(
         {
             "area": area,
@@ -67,6 +69,7 @@ def task(
             "related_apps": apps or ["terminal"],
             "reference": [*ref, DONE],
             "wrong": [*wrong, DONE],
+            "folder": folder or area,
         }
     )
 
@@ -124,15 +127,15 @@ def task_files() -> dict[str, str]:
             "proxy": False,
             "difficulty": max(1, len(t["reference"]) - 1),
         }
-        files[f"{t['area']}/{t['id']}.json"] = json.dumps(body, indent=2) + "\n"
+        files[f"{t['folder']}/{t['id']}.json"] = json.dumps(body, indent=2) + "\n"
         sols = {"reference": t["reference"], "wrong": t["wrong"]}
-        files[f"{t['area']}/{t['id']}.solutions.json"] = json.dumps(sols, indent=2) + "\n"
+        files[f"{t['folder']}/{t['id']}.solutions.json"] = json.dumps(sols, indent=2) + "\n"
     return files
 
 
 def write_all() -> None:
     for name, text in task_files().items():
-        (HERE / name).parent.mkdir(exist_ok=True)
+        (HERE / name).parent.mkdir(parents=True, exist_ok=True)
         (HERE / name).write_text(text)
     print(f"wrote {len(TASKS)} tasks")
 
@@ -140,7 +143,8 @@ def write_all() -> None:
 def stale_files() -> list[str]:
     """Task files that differ from what the tables say, or that no table writes any more."""
     want = task_files()
-    have = {str(p.relative_to(HERE)) for p in HERE.glob("*/*.json")}
+    found = [*HERE.glob("*/*.json"), *HERE.glob("*/*/*.json")]  # areas and family splits
+    have = {str(p.relative_to(HERE)) for p in found}
     return sorted(n for n in want.keys() | have
                   if n not in have or n not in want or (HERE / n).read_text() != want[n])  # fmt: skip
 

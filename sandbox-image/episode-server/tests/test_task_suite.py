@@ -107,3 +107,29 @@ def test_suite_spans_the_areas_of_the_issue() -> None:
     assert {"libreoffice_calc", "libreoffice_writer", "chrome", "gedit", "settings"} <= apps
     assert {"vlc", "gimp", "os"} <= apps
     assert max(_load(p)[0]["difficulty"] for p in TASKS) >= 7
+
+
+# The typeword family (tasks/typeword/<split>/, 100 instances that differ only by their words) is
+# out of the sweep above; a few instances of each split stand for it. The learning benchmark
+# records and plays the others (trainer: learningbench).
+TYPEWORD = TASKS_DIR / "typeword"
+TYPEWORD_SAMPLE = [
+    TYPEWORD / "train/typeword-red-apple.json",
+    TYPEWORD / "train/typeword-white-plum.json",
+    TYPEWORD / "heldout/typeword-black-banana.json",
+]
+
+
+@pytest.mark.gui
+def test_typeword_instances_are_graded(sandbox: LocalSandbox) -> None:
+    _assert_graded(_run_suite(sandbox, TYPEWORD_SAMPLE))
+
+
+def test_typeword_splits_are_disjoint_and_each_word_is_held_out_in_its_slot() -> None:
+    train = {p.stem for p in TYPEWORD.glob("train/*.json") if ".solutions" not in p.name}
+    heldout = {p.stem for p in TYPEWORD.glob("heldout/*.json") if ".solutions" not in p.name}
+    assert (len(train), len(heldout)) == (70, 30)
+    assert not train & heldout
+    words = [_load(TYPEWORD / "heldout" / f"{i}.json")[0]["evaluator"] for i in sorted(heldout)]
+    colours = {w["expected"]["rules"]["expected"].split()[0] for w in words}
+    assert len(colours) == 10  # every colour has held-out pairs, and training pairs too

@@ -5,8 +5,13 @@ Qwen special tokens (<|im_start|>, <|im_end|>, <|vision_start|>, <|image_pad|>, 
 template of the real Qwen-VL structure, builds the model from a config with random weights (a few
 hundred thousand parameters) and saves model, tokenizer and processor with `save_pretrained`, so
 the trainer loads it through the same Auto classes as a real checkpoint.
+Sizes (SIZES): "tiny" for the tests and the pipeline checks; "bench" (0.5 million parameters,
+width 128, 2 layers, tied embeddings, a tokenizer that also learns the lines of --corpus so each
+task word is one token) for the learning benchmark and the demo, where the model has to learn to
+copy words from the instruction into its reply (learningbench/run.py; docs/benchmarks.md).
 What it leaves out: videos, tool calls and any pretrained knowledge (the weights are random).
-How to run: `python -m kubecua_trainer.testing.tiny_models OUT_DIR --family qwen2_5_vl`
+How to run: `python -m kubecua_trainer.testing.tiny_models OUT_DIR --family qwen2_5_vl
+[--size bench --corpus FILE]`
 """
 
 from __future__ import annotations
@@ -77,8 +82,21 @@ _CORPUS = [
 ]
 
 
-def train_tokenizer(vocab_size: int = 600) -> PreTrainedTokenizerFast:
-    """Byte-level BPE trained on a tiny corpus, with the Qwen special tokens added on top."""
+# Text sizes per preset. "bench": tied input/output embeddings, so a word the model has only read
+# (a held-out instance's parameter) already has an output row that a copy circuit can reach.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "tie": False, "vocab": 600},
+    "bench": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "tie": True, "vocab": 1500},
+}  # fmt: skip
+
+
+def train_tokenizer(
+    vocab_size: int = 600, extra_corpus: list[str] | None = None
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE trained on a tiny corpus (plus `extra_corpus`, repeated so its words become
+    single tokens), with the Qwen special tokens added on top."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -87,7 +105,7 @@ def train_tokenizer(vocab_size: int = 600) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(_CORPUS * 4 + (extra_corpus or []) * 8, trainer=trainer)
     tok.add_special_tokens(SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -99,51 +117,54 @@ def train_tokenizer(vocab_size: int = 600) -> PreTrainedTokenizerFast:
     return fast
 
 
-def _text_config(family: str, vocab: int, ids: dict[str, Any]) -> dict[str, Any]:
+def _text_config(family: str, vocab: int, ids: dict[str, Any], size: str) -> dict[str, Any]:
+    dims = SIZES[size]
     base: dict[str, Any] = {
         "vocab_size": vocab,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        **{k: dims[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers")},
+        **{k: dims[k] for k in ("num_attention_heads", "num_key_value_heads")},
         "max_position_embeddings": 4096,
         "bos_token_id": ids["<|endoftext|>"],
         "eos_token_id": ids["<|im_end|>"],
         "pad_token_id": ids["<|endoftext|>"],
     }
-    # head_dim 16 -> 8 rotary frequencies split over (temporal, height, width).
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2]}
+    # head_dim 16 -> 8 rotary frequencies split over (temporal, height, width); 32 -> 16.
+    head_dim = dims["hidden_size"] // dims["num_attention_heads"]
+    section = [4, 2, 2] if head_dim == 16 else [8, 4, 4]
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section}
     if family == "qwen3_vl":
-        base["head_dim"] = 16
+        base["head_dim"] = head_dim
         rope["mrope_interleaved"] = True
     base["rope_parameters"] = rope
     return base
 
 
-def _vision_config(family: str) -> dict[str, Any]:
+def _vision_config(family: str, out: int) -> dict[str, Any]:
+    """The vision tower; `out` is the text model's width (its merger projects to it)."""
     common = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2}
     if family == "qwen2_5_vl":
-        return {**common, "out_hidden_size": 64, "patch_size": 14, "window_size": 56,
+        return {**common, "out_hidden_size": out, "patch_size": 14, "window_size": 56,
                 "fullatt_block_indexes": [1]}  # fmt: skip
-    return {**common, "out_hidden_size": 64, "patch_size": 16, "num_position_embeddings": 256,
+    return {**common, "out_hidden_size": out, "patch_size": 16, "num_position_embeddings": 256,
             "deepstack_visual_indexes": [0]}  # fmt: skip
 
 
-def build_config(family: str, tokenizer: PreTrainedTokenizerFast) -> Any:
+def build_config(family: str, tokenizer: PreTrainedTokenizerFast, size: str = "tiny") -> Any:
     """The model config: real architecture, tiny sizes, token ids taken from our tokenizer."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     return AutoConfig.for_model(
         family,
-        text_config=_text_config(family, len(tokenizer), ids),
-        vision_config=_vision_config(family),
+        text_config=_text_config(family, len(tokenizer), ids, size),
+        vision_config=_vision_config(family, SIZES[size]["hidden_size"]),
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        tie_word_embeddings=SIZES[size]["tie"],
     )
 
 
@@ -177,12 +198,18 @@ def build_processor(family: str, tokenizer: PreTrainedTokenizerFast) -> Any:
     )
 
 
-def build_tiny_model(out_dir: str | Path, family: str = "qwen2_5_vl", seed: int = 0) -> Path:
+def build_tiny_model(
+    out_dir: str | Path,
+    family: str = "qwen2_5_vl",
+    seed: int = 0,
+    size: str = "tiny",
+    corpus: list[str] | None = None,
+) -> Path:
     """Write a tiny `family` model + tokenizer + processor to out_dir; returns the path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer()
-    config = build_config(family, tokenizer)
+    tokenizer = train_tokenizer(SIZES[size]["vocab"], corpus)
+    config = build_config(family, tokenizer, size)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(
@@ -202,8 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out_dir", help="directory to write the HF model into")
     parser.add_argument("--family", choices=FAMILIES, default="qwen2_5_vl")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    parser.add_argument("--corpus", type=Path, help="extra tokenizer text, one line a sample")
     args = parser.parse_args(argv)
-    path = build_tiny_model(args.out_dir, args.family, args.seed)
+    corpus = args.corpus.read_text().splitlines() if args.corpus else None
+    path = build_tiny_model(args.out_dir, args.family, args.seed, args.size, corpus)
     print(f"tiny {args.family} written to {path}")
 
 

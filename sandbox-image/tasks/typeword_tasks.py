@@ -1,0 +1,78 @@
+"""The typeword family: one parameterised task, `Type '<colour> <thing>' in the box.`, for the
+learning benchmark (`make bench-learning`), the demo and the trainer's learning check.
+
+Each instance opens a small Tk window whose text box (focused) saves what is typed to
+~/typed.txt; it succeeds when that file holds exactly the two words. The reference solution is
+one action in the agent's action space (`pyautogui.write('red apple')`, then DONE), so the
+recorder can play it and a model can learn to copy the words from the instruction. Instances
+differ by their pair of words: 10 colours x 10 things. Held-out pairs are those whose thing
+index minus colour index is 3, 6 or 9 (mod 10): 30 pairs, every word in 3 of them; the other
+70 are for training. Every held-out word is also in training pairs (in the same slot): what a
+held-out instance tests is a combination never trained on. The warm-up's demonstrations are
+the pairs (i, i) and (i, i + 1) for i < 8 (WARMUP_PAIRS, 16 of them): two colours and one
+thing are never demonstrated.
+Layout, the split in the folder name (tasks.path selects a split):
+
+    typeword/train/typeword-<colour>-<thing>.json     70 instances GRPO trains on
+    typeword/heldout/typeword-<colour>-<thing>.json   30 instances never trained on
+
+The nested folders keep the family out of the suite-wide sweep (test_task_suite.py globs
+<area>/*.json); that test plays a few instances on their own. Cheap by design: no app but
+python3-tk, one action, a one-line check (about 2 s an episode on a local desktop, see
+docs/benchmarks.md). Leaves out: anything that needs the screenshot (the words are in the text)."""
+
+from __future__ import annotations
+
+from taskkit import H, gui, launch, task, wait_window
+
+# Plain lowercase words; the benchmark's tokenizer makes each one token (tiny_models.py).
+COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white"]
+THINGS = ["apple", "banana", "cherry", "grape", "lemon", "mango", "melon", "peach", "pear", "plum"]
+HELDOUT_OFFSETS = (3, 6, 9)
+WARMUP_PAIRS = [(c, c + d) for c in range(8) for d in (0, 1)]
+TITLE = "kubecua-typing"
+
+# The window: a focused Entry that writes its whole text to ~/typed.txt on every key release.
+APP = (
+    "import pathlib, tkinter as tk\n"
+    "out = pathlib.Path.home() / 'typed.txt'\n"
+    f"root = tk.Tk(); root.title({TITLE!r}); root.geometry('420x90+60+60')\n"
+    "tk.Label(root, text='Type here:').pack(anchor='w')\n"
+    "box = tk.Entry(root, font=('DejaVu Sans', 18)); box.pack(fill='x')\n"
+    "box.bind('<KeyRelease>', lambda _e: out.write_text(box.get()))\n"
+    "root.after(50, box.focus_force); root.mainloop()\n"
+)
+
+
+def instruction(words: str) -> str:
+    # Single quotes, as in the reply: the trainer writes actions back through ast.unparse
+    # (quotes become single), and a copy learns faster when both sides quote alike.
+    return f"Type '{words}' in the box."
+
+
+def typeword(split: str, words: str, wrong: str) -> None:
+    task(
+        "typeword",
+        "typeword-" + words.replace(" ", "-"),
+        instruction(words),
+        [launch("python3", "-c", APP), wait_window(TITLE)],
+        {
+            "func": "exact_match",
+            "result": {
+                "type": "vm_command_line",
+                "command": f"cat {H}/typed.txt 2>/dev/null | tr -d '\\n'",
+                "shell": True,
+            },
+            "expected": {"type": "rule", "rules": {"expected": words}},
+        },
+        [gui(f"pyautogui.write('{words}')")],
+        [gui(f"pyautogui.write('{wrong}')")],  # the right colour, the next thing
+        apps=["python3-tk"],
+        folder=f"typeword/{split}",
+    )
+
+
+for _c, _colour in enumerate(COLOURS):
+    for _t, _thing in enumerate(THINGS):
+        _split = "heldout" if (_t - _c) % 10 in HELDOUT_OFFSETS else "train"
+        typeword(_split, f"{_colour} {_thing}", f"{_colour} {THINGS[(_t + 1) % 10]}")
