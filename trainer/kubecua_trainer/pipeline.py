@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kubecua_trainer.evaluation.stage import evaluate_if_due
+from kubecua_trainer.evaluation.stage import evaluate_if_due, republish_last
 from kubecua_trainer.warmup.stage import warm_up_if_needed
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 async def before_steps(lp: Loop) -> None:
+    republish_last(lp)  # a resumed run shows its newest evaluation again
     await warm_up_if_needed(lp)
     await evaluate_if_due(lp, lp.saver.step)
 

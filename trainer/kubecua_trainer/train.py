@@ -45,6 +45,7 @@ from kubecua_trainer.checkpoint import (
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
+from kubecua_trainer.evaluation.stage import HeldOut, load_held_out
 from kubecua_trainer.exchange import Held, deliver_pixels, gather_screens, strip
 from kubecua_trainer.learner import Learner, passes, trainable
 from kubecua_trainer.metrics import TrainerMetrics
@@ -316,6 +317,7 @@ class Loop:
     result: RunResult
     dist: Dist
     gen: Policy  # the engine's policy: the learner's own in a single process
+    held_out: HeldOut | None = None  # spec.evaluation's tasks, loaded once
 
     @property
     def spec(self) -> TrainingRunSpec:
@@ -328,6 +330,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     result = RunResult(out_dir)
     seed_everything(spec.seed + d.rank)  # ranks sample differently; rank 0 as a single process
     tasks = load_tasks(spec.tasks, run.namespace)
+    held_out = load_held_out(spec, run.namespace, tasks)  # refused here when it overlaps tasks
     gen: Policy | None
     if d.enabled:
         policy, learner, gen = build_sharded_learner(spec, d)
@@ -359,7 +362,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
                 ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
                 loop = Loop(run, ro, tasks, saver, report, patcher, progress, stop, opts, result,
-                            d, gen)  # fmt: skip
+                            d, gen, held_out)  # fmt: skip
                 if saver.path is not None and getattr(engine, "loads_from_disk", False):
                     await _sync_engine(loop, saver.step, saver.path)
                 await pipeline.before_steps(loop)  # warm-up, then the step-0 evaluation

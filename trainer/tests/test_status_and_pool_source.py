@@ -6,12 +6,9 @@ The `cluster` and `namespace` fixtures come from kubecua_testkit (conftest.py re
 from __future__ import annotations
 
 import asyncio
-import time
-from pathlib import Path
 
 import pytest
-import yaml
-from control_plane import require_control_plane
+from control_plane import install_trainingrun_crd, require_control_plane
 from kubernetes import client
 
 from kubecua_trainer.config import load_from_cluster
@@ -21,27 +18,10 @@ from kubecua_trainer.status import GROUP, PLURAL, VERSION, StatusPatcher, build_
 
 require_control_plane()
 
-CRD = Path(__file__).resolve().parents[2] / "crds" / "kubecua.dev_trainingruns.yaml"
-
 
 @pytest.fixture(scope="module")
 def api(cluster):
-    api_client = cluster.api_client()
-    ext = client.ApiextensionsV1Api(api_client)
-    body = yaml.safe_load(CRD.read_text())
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for the Established condition
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        conds = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conds.get("Established") == "True":
-            break
-        time.sleep(0.2)
-    return api_client
+    return install_trainingrun_crd(cluster)
 
 
 def training_run(name: str) -> dict:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-import weakref
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubecua_trainer.config import ConfigError, EvaluationConfig
+from kubecua_trainer.config import ConfigError, EvaluationConfig, TrainingRunSpec
 from kubecua_trainer.evaluation import results
 from kubecua_trainer.evaluation.runner import (
     eval_rollout,
@@ -36,9 +36,18 @@ from kubecua_trainer.status import build_evaluation_status
 if TYPE_CHECKING:
     from kubecua_trainer.train import Loop
 
-# The held-out tasks of the current run, loaded (and checked) at its first call: a ConfigMap
-# that is briefly unreadable later on must not fail a run between two evaluations.
-_held_out: tuple[weakref.ref[Loop], list[dict], dict[str, str]] | None = None
+
+@dataclass(frozen=True)
+class HeldOut:
+    """spec.evaluation.tasks, loaded once when the run starts (a ConfigMap that is briefly
+    unreadable later on must not fail a run between two evaluations)."""
+
+    tasks: list[dict]
+    domains: dict[str, str]  # task id -> OSWorld domain
+
+    @property
+    def ids(self) -> set[str]:
+        return set(self.domains)
 
 
 def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
@@ -49,35 +58,32 @@ def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
     return step == steps or (cfg.every_steps > 0 and step % cfg.every_steps == 0)
 
 
-def held_out_tasks(lp: Loop) -> tuple[list[dict], dict[str, str]]:
-    """(tasks, domain by id) of spec.evaluation.tasks; ConfigError when one is also trained on."""
-    global _held_out
-    if _held_out is not None and _held_out[0]() is lp:
-        return _held_out[1], _held_out[2]
-    cfg = lp.spec.evaluation
-    assert cfg is not None
+def load_held_out(
+    spec: TrainingRunSpec, namespace: str | None, trained: list[dict]
+) -> HeldOut | None:
+    """The run's held-out tasks, or None without spec.evaluation; ConfigError when one of them
+    is also among the training tasks `trained`."""
+    cfg = spec.evaluation
+    if cfg is None:
+        return None
     domains: dict[str, str] = {}
-    tasks = load_tasks(cfg.tasks, lp.run.namespace, field="spec.evaluation.tasks", domains=domains)
-    trained = sorted({str(t["id"]) for t in lp.tasks} & set(domains))
-    if trained and lp.spec.steps > 0:  # an evaluate-only run trains on nothing
+    tasks = load_tasks(cfg.tasks, namespace, field="spec.evaluation.tasks", domains=domains)
+    overlap = sorted({str(t["id"]) for t in trained} & set(domains))
+    if overlap and spec.steps > 0:  # an evaluate-only run trains on nothing
         raise ConfigError(
-            f"spec.evaluation.tasks: held-out tasks are never trained on, but {trained} "
+            f"spec.evaluation.tasks: held-out tasks are never trained on, but {overlap} "
             "are also in spec.tasks: remove them from one of the two"
         )
-    _held_out = (weakref.ref(lp), tasks, domains)
-    return tasks, domains
+    return HeldOut(tasks, domains)
 
 
 async def evaluate_if_due(lp: Loop, step: int) -> None:
-    cfg = lp.spec.evaluation
-    if cfg is None:
+    cfg, held_out = lp.spec.evaluation, lp.held_out
+    if cfg is None or held_out is None:
         return
-    first = _held_out is None or _held_out[0]() is not lp
-    tasks, domains = held_out_tasks(lp)
+    tasks, domains = held_out.tasks, held_out.domains
     out_dir = _out_dir(lp)
     d = lp.dist
-    if first and d.is_main:
-        _republish_last(lp, out_dir)
     if not is_due(cfg, step, lp.spec.steps):
         return
     if d.broadcast(results.is_done(out_dir, step) if d.is_main else None):
@@ -161,10 +167,13 @@ def _publish(lp: Loop, summary: dict[str, Any], episodes: list[EpisodeResult]) -
     lp.progress.say(console_line(summary))
 
 
-def _republish_last(lp: Loop, out_dir: Path) -> None:
+def republish_last(lp: Loop) -> None:
     """A resumed run shows its newest evaluation (up to its checkpoint) on its new metrics
     endpoint and in the status again: a restarted pod's gauges start empty, and a kill between
     summary.json and the status patch would leave the status behind."""
+    if lp.spec.evaluation is None or not lp.dist.is_main:
+        return
+    out_dir = _out_dir(lp)
     done = [row["step"] for row in results.read_history(out_dir) if row["step"] <= lp.saver.step]
     done = [s for s in done if results.is_done(out_dir, s)]
     if not done:

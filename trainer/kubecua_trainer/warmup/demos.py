@@ -26,7 +26,6 @@ from kubecua_trainer.rollout.agent import (
     system_prompt,
 )
 from kubecua_trainer.rollout.context import CONTEXTS
-from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.tokens import Sample, fit_image
 from kubecua_trainer.trajectories import Trajectory, read_trajectories
 
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
 FIELD = "spec.warmup.demonstrations"
 
 
-def load_demonstrations(spec: TrainingRunSpec, namespace: str | None = None) -> list[Trajectory]:
+def load_demonstrations(spec: TrainingRunSpec, held_out: set[str]) -> list[Trajectory]:
     """The demonstrations the warm-up trains on; ConfigError (naming the field) for a missing
     path, an unreadable line or screenshot, an empty set, or a held-out (evaluation) task."""
     assert spec.warmup is not None
@@ -60,22 +59,13 @@ def load_demonstrations(spec: TrainingRunSpec, namespace: str | None = None) -> 
         missing = [t.screenshot for t in d.turns if t.screenshot and not t.screenshot.exists()]
         if missing:
             raise ConfigError(f"{FIELD}: {d.task_id}: screenshot {missing[0]} does not exist")
-    held_out = sorted({d.task_id for d in demos} & evaluation_ids(spec, namespace))
-    if held_out:
+    trained_on = sorted({d.task_id for d in demos} & held_out)
+    if trained_on:
         raise ConfigError(
-            f"{FIELD}: demonstrations of held-out tasks {held_out} (spec.evaluation.tasks):"
+            f"{FIELD}: demonstrations of held-out tasks {trained_on} (spec.evaluation.tasks):"
             " held-out tasks are never trained on, warm-up included"
         )
     return demos
-
-
-def evaluation_ids(spec: TrainingRunSpec, namespace: str | None) -> set[str]:
-    if spec.evaluation is None:
-        return set()
-    tasks = spec.evaluation.tasks
-    if tasks.ids is not None:
-        return set(tasks.ids)
-    return {str(t["id"]) for t in load_tasks(tasks, namespace)}
 
 
 def demo_samples(

@@ -31,7 +31,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
     if spec.warmup is None or saver.path is not None:
         return
     cfg = spec.warmup
-    demos = load_demonstrations(spec, lp.run.namespace)
+    demos = load_demonstrations(spec, lp.held_out.ids if lp.held_out else set())
     say = lp.progress.say if d.is_main else (lambda _: None)
     say(
         f"warm-up: {len(demos)} demonstrations of {len({x.task_id for x in demos})} tasks, "
