@@ -56,7 +56,12 @@ setup-go: ## build the control plane, kwok and helm from the Go module proxy (ca
 
 setup: setup-apt setup-uv setup-go $(SETUP_TARGETS) ## everything the suite needs
 
-lint: setup-uv $(LINT_TARGETS) ## ruff format check, ruff lint and mypy per component
+lint: setup-uv $(LINT_TARGETS) lint-paths ## ruff format check, ruff lint and mypy per component; named paths exist
+
+.PHONY: lint-paths
+lint-paths: ## every repository path named in the docs, examples, chart and code comments exists
+	python3 hack/check-paths.py --self-test
+	python3 hack/check-paths.py
 
 # On a fresh machine the set-up is most of the cost. apt comes first (everything needs it); then
 # the Go builds (CPU-bound) run beside the venv downloads and image builds (network and disk), three

@@ -3,7 +3,7 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl  (k8s.io/kubernetes, wrapper in hack/go/k8s)
 #   etcd                                                             (etcdmain wrapper in hack/go/etcd)
 #   kwok, kwokctl, helm                                               (go install)
-# kwokctl --runtime binary then runs the cluster from these local binaries (hack/cluster.sh).
+# kwokctl --runtime binary then runs the cluster from these local binaries (tests/kubecua_testkit/cluster.py, `make cluster-up`).
 # Binaries land in $KUBECUA_CACHE/bin/<tool>-<version>/ and are linked into $KUBECUA_CACHE/bin.
 # A binary that already exists is never rebuilt, so this is cheap to run again.
 # Usage: hack/build-control-plane.sh

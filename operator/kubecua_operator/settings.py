@@ -17,8 +17,13 @@ from pydantic import BaseModel, Field
 class Settings(BaseModel):
     """Every knob, read once from KUBECUA_OPERATOR_<NAME> environment variables."""
 
-    sandbox_image: str = Field("kubecua/sandbox:dev", description="Default sandbox pod image.")
-    trainer_image: str = Field("kubecua/trainer:dev", description="Default trainer image.")
+    # The names hack/build-images.sh gives (no registry); the chart sets the same.
+    sandbox_image: str = Field(
+        "localhost/kubecua/sandbox:dev", description="Default sandbox pod image."
+    )
+    trainer_image: str = Field(
+        "localhost/kubecua/trainer:dev", description="Default trainer image."
+    )
     sglang_image: str = Field("lmsysorg/sglang:v0.5.3", description="sglang server image.")
     resync_seconds: float = Field(10.0, gt=0, description="Reconcile at least this often.")
     poll_seconds: float = Field(2.0, gt=0, description="Episode-server poll period.")

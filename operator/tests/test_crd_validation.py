@@ -421,3 +421,26 @@ def test_api_server_accepts_the_valid_edges(cluster, crds, manifest):
         input=yaml.safe_dump(manifest), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("os_name", ["Windows", "windows", "macOS"])
+def test_a_non_ubuntu_pool_is_refused_naming_the_field_and_why(cluster, crds, os_name):
+    # The episode server refuses any desktop but Linux at start-up (KUBECUA_DESKTOP_OS), so such a
+    # pool could never become ready: the API server refuses it instead, and says why.
+    pool = with_spec(
+        POOL, backend="kubevirt", desktop={"os": os_name, "kubevirt": {"dataVolume": "golden"}}
+    )
+    proc = cluster.kubectl(
+        "create", "--dry-run=server", "-n", "default", "-f", "-",
+        input=yaml.safe_dump(pool), check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0, "accepted"
+    assert "spec.desktop.os: Invalid value" in proc.stderr, proc.stderr
+    assert "the episode server drives Linux desktops only" in proc.stderr
+    assert "a Windows pool could never become ready" in proc.stderr
+
+
+def test_an_ubuntu_pool_is_accepted_and_os_defaults_to_ubuntu(cluster, crds, namespace):
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(named(POOL, "u")))
+    got = json.loads(cluster.kubectl("get", "sbp", "u", "-n", namespace, "-o", "json").stdout)
+    assert got["spec"]["desktop"]["os"] == "Ubuntu"

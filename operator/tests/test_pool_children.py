@@ -31,7 +31,7 @@ def test_sandbox_pod_is_labelled_probed_and_locked_down():
     assert labels[names.POOL_LABEL] == "desks"
     assert labels[names.SANDBOX_LABEL] == "desks-3"
     c = p["spec"]["containers"][0]
-    assert c["image"] == "kubecua/sandbox:dev"
+    assert c["image"] == "localhost/kubecua/sandbox:dev"  # what hack/build-images.sh tags
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
     # A busy desktop answers probes late: no 1 s default timeouts, and a startup allowance
     # before liveness may restart a desktop that is still starting.
@@ -115,8 +115,8 @@ def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
         **POOL["spec"],
         "backend": "kubevirt",
         "desktop": {
-            "os": "Windows",
-            "kubevirt": {"containerDisk": "reg/osworld-win:1", "cpu": 2, "memory": "4Gi"},
+            "os": "Ubuntu",
+            "kubevirt": {"containerDisk": "reg/osworld-ubuntu:1", "cpu": 2, "memory": "4Gi"},
         },
     }
     pool = {**POOL, "spec": spec}
@@ -124,7 +124,7 @@ def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
     tmpl = vm["spec"]["template"]["spec"]
     assert vm["apiVersion"] == "kubevirt.io/v1"
     assert vm["spec"]["runStrategy"] == "Always"
-    assert tmpl["volumes"][0]["containerDisk"]["image"] == "reg/osworld-win:1"
+    assert tmpl["volumes"][0]["containerDisk"]["image"] == "reg/osworld-ubuntu:1"
     assert tmpl["readinessProbe"]["httpGet"] == {"path": "/platform", "port": 5000}
     assert tmpl["domain"]["cpu"]["cores"] == 2
     assert tmpl["domain"]["memory"]["guest"] == "4Gi"
@@ -134,4 +134,4 @@ def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
     }
     env = {e["name"]: e["value"] for e in episode["spec"]["containers"][0]["env"]}
     assert env["KUBECUA_DESKTOP_URL"] == "http://desks-0-desktop.ns1.svc:5000"
-    assert env["KUBECUA_DESKTOP_OS"] == "Windows"
+    assert env["KUBECUA_DESKTOP_OS"] == "Ubuntu"

@@ -269,7 +269,9 @@ def test_reserved_labels_of_a_pool_never_reach_its_pods(kube, operator, namespac
 
 def test_run_pods_get_a_network_policy_of_their_own(kube, operator, namespace):
     kube.create(pool_manifest("desks", namespace, 1))
-    kube.create(run_manifest(namespace, rollout={"engine": "sglang"}))
+    kube.create(
+        run_manifest(namespace, rollout={"engine": "sglang"}, checkpoint={"volume": "ckpt"})
+    )
     policy = wait_until(lambda: kube.get("NetworkPolicy", namespace, "qwen-run"), 60, "policy")
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector == {"kubecua.dev/trainingrun": "qwen"}

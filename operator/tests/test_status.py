@@ -36,6 +36,14 @@ def test_pool_is_ready_and_stable_when_all_sandboxes_are_ready():
     assert not c.is_true(st["conditions"], "Progressing")
 
 
+def test_pool_status_counts_the_sandboxes_its_pass_created():
+    # Two of three were lost and this pass re-created them: once the status is written, three
+    # exist (one ready). Counting only the observed one would publish replicas 1 for a pass.
+    st = compute_status(POOL, [Sandbox("p-0", 0, READY)], Plan(target=3, create=[1, 2]), None, 2)
+    assert (st["replicas"], st["readyReplicas"]) == (3, 1)
+    assert c.is_true(st["conditions"], "Progressing")
+
+
 @pytest.mark.parametrize(
     ("spec", "job", "phase"),
     [

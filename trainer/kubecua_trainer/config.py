@@ -185,6 +185,28 @@ class RolloutConfig(_Model):
         description="Updates the behaviour policy may lag: 0 = synchronous, 1 = step k+1 plays"
         " while step k learns.",
     )
+    system_prompt: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16384,
+        description="The agent's system prompt; {width} and {height} become the screenshot's"
+        " size. Default: the built-in pyautogui prompt (rollout/agent.py).",
+    )
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _prompt_template(cls, v: str | None) -> str | None:
+        # Checked here, not at the first episode: a bad template would otherwise fail every
+        # episode of a run that already started.
+        if v is not None:
+            try:
+                v.format(width=1, height=1)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(
+                    f"only {{width}} and {{height}} may be substituted (write {{{{ and }}}} for"
+                    f" a literal brace); {type(err).__name__}: {err}"
+                ) from None
+        return v
 
 
 class TrainerConfig(_Model):

@@ -15,6 +15,7 @@ from kubecua_trainer.config import (
     load_manifest,
     parse_training_run,
 )
+from kubecua_trainer.rollout.agent import system_prompt
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trainingrun-local.yaml"
 
@@ -104,6 +105,10 @@ def test_camel_case_fields_map_to_snake_case() -> None:
             "spec.tasks: Value error, set exactly one of configMapRef, path",
         ),
         ({"model": {}}, "spec.model.path: Field required"),
+        (
+            {"rollout": {"systemPrompt": "Screen {w}x{height}."}},
+            "spec.rollout.systemPrompt: Value error, only {width} and {height} may be substituted",
+        ),
     ],
 )
 def test_invalid_field_is_named_in_the_error(overrides: dict, expected: str) -> None:
@@ -175,3 +180,14 @@ def test_cli_validate_exit_codes(tmp_path: Path, capsys) -> None:
         "spec.algorithm.tisCap: Input should be greater than or equal to 1"
         in capsys.readouterr().err
     )
+
+
+def test_system_prompt_template_reaches_the_agent_prompt() -> None:
+    spec = parse_training_run(
+        manifest(rollout={"systemPrompt": "Type it. Screen {width}x{height}, braces {{ok}}."})
+    ).spec
+    assert system_prompt(320, 200, spec.rollout.system_prompt) == (
+        "Type it. Screen 320x200, braces {ok}."
+    )
+    # Without one, the built-in prompt, with the screenshot's size in it.
+    assert "(640x480 pixels" in system_prompt(640, 480, None)

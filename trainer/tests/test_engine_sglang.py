@@ -1,7 +1,8 @@
 """The sglang client against a loopback server speaking sglang's documented native API.
 
-sglang cannot run on these machines (see ENVIRONMENT.md), so this is the one allowed fake: a small
-real FastAPI app that implements the documented request/response shapes of POST /generate and
+sglang cannot run on these machines (the GPU machines lent to this project have no sglang, and
+only 64 MiB of wheels can be carried to them), so this is the one allowed fake: a small real
+FastAPI app that implements the documented request/response shapes of POST /generate and
 POST /update_weights_from_disk. It checks what the client sends and answers like sglang does.
 The client is NOT exercised against a live sglang server here.
 """

@@ -1,6 +1,6 @@
 {{/* What the operator does in a watched namespace, and nothing more: every verb below is one the
 code issues (operator/kubecua_operator/k8s.py lists the kinds; docs/reliability.md says why each
-verb is granted, and operator/tests/test_operator_rbac.py fails on any other). No Secret read
+verb is granted, and operator/tests/test_security.py fails on any other). No Secret read
 of any kind: pool tokens are derived from the operator's own key and only ever created. A
 trainer's Role can be granted only because the operator holds every verb in it itself (RBAC
 escalation check), so no `escalate` or `bind`. */}}

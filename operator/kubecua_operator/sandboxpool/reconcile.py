@@ -325,7 +325,7 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
     jobs += repair_jobs(api, body, backend, kids, memory)
     results = await run_all(jobs, cfg.api_concurrency)
     created = outcome(results, step, memory)
-    new_status = status.compute_status(body, sandboxes, step, memory.issue)
+    new_status = status.compute_status(body, sandboxes, step, memory.issue, created)
     metrics.set_pool_sandboxes(
         meta["namespace"], meta["name"], status.count_states(sandboxes, step.leased)
     )

@@ -23,9 +23,12 @@ def compute_status(
     sandboxes: list[Sandbox],
     plan: Plan,
     issue: tuple[str, str] | None = None,
+    created: int = 0,
 ) -> dict[str, Any]:
     """`issue`: (reason, message) of a pool-level fault (the API refused its sandboxes, KubeVirt
-    missing): Degraded=True with it, whatever the sandboxes say."""
+    missing): Degraded=True with it, whatever the sandboxes say. `created`: sandboxes this pass
+    created; they exist once the status is written, so `replicas` counts them (else a pass that
+    replaces lost sandboxes would publish the count from before it replaced them)."""
     meta, spec = pool["metadata"], pool["spec"]
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]
@@ -43,7 +46,7 @@ def compute_status(
     ]  # fmt: skip
     old = (pool.get("status") or {}).get("conditions") or []
     return {
-        "replicas": len(live),
+        "replicas": len(live) + created,
         "readyReplicas": ready,
         "leasedReplicas": plan.leased,
         "selector": names.pool_selector(meta["name"]),

@@ -19,6 +19,12 @@ CONFIG_DIR = "/etc/kubecua"
 CONFIG_FILE = "trainingrun.yaml"
 RENDEZVOUS_PORT = 29500
 SGLANG_PORT = 30000
+CHECKPOINT_PATH = "/ckpt"  # spec.checkpoint.path's default (the CRD's)
+SGLANG_NEEDS_VOLUME = (
+    "spec.checkpoint.volume: engine sglang without spec.rollout.sglangUrls needs a "
+    "PersistentVolumeClaim: the operator's sglang servers mount it read-only at "
+    "spec.checkpoint.path to load each step's weights, and an emptyDir is not shared between pods"
+)
 
 
 def _meta(run: Obj, suffix: str, component: str) -> Obj:
@@ -185,7 +191,12 @@ def build_pod_monitor(run: Obj) -> Obj:
 
 
 def build_sglang(run: Obj, settings: Settings) -> list[Obj]:
-    """An sglang Deployment and Service serving the run's model (engine sglang, no sglangUrls)."""
+    """An sglang Deployment and Service serving the run's model (engine sglang, no sglangUrls).
+
+    The servers mount the run's checkpoint PVC read-only at spec.checkpoint.path, the path the
+    trainer writes, so the model_path of each /update_weights_from_disk (<path>/step-N or
+    <path>/weights/step-N) resolves in their pods too. Admission refuses such a run without
+    spec.checkpoint.volume (an emptyDir is not shared between pods; sglang_volume_problem)."""
     spec = run["spec"]
     rollout, model = spec.get("rollout", {}), spec["model"]
     gpus = rollout.get("gpusPerReplica", 1)
@@ -198,7 +209,7 @@ def build_sglang(run: Obj, settings: Settings) -> list[Obj]:
         "ports": [{"name": "http", "containerPort": SGLANG_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": SGLANG_PORT}, "periodSeconds": 5},
         "resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {},
-        "volumeMounts": _model_mounts(spec),
+        "volumeMounts": [*_model_mounts(spec), _checkpoint_mount(spec, read_only=True)],
     }  # fmt: skip
     selector = {names.RUN_LABEL: run["metadata"]["name"], names.COMPONENT_LABEL: "sglang"}
     deployment = {
@@ -210,7 +221,10 @@ def build_sglang(run: Obj, settings: Settings) -> list[Obj]:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": names.run_labels(run["metadata"]["name"], "sglang")},
-                "spec": {"containers": [container], "volumes": _model_volumes(spec)},
+                "spec": {
+                    "containers": [container],
+                    "volumes": [*_model_volumes(spec), _checkpoint_volume(spec, read_only=True)],
+                },
             },
         },
     }
@@ -235,3 +249,37 @@ def _model_mounts(spec: Obj) -> list[Obj]:
         return []
     parent = posixpath.dirname(spec["model"]["path"].rstrip("/")) or "/"
     return [{"name": "model", "mountPath": parent, "readOnly": True}]
+
+
+def checkpoint_path(spec: Obj) -> str:
+    """The trainer's checkpoint root (its config reads the same field, default included)."""
+    return str(spec.get("checkpoint", {}).get("path", CHECKPOINT_PATH))
+
+
+def _checkpoint_volume(spec: Obj, read_only: bool = False) -> Obj:
+    """spec.checkpoint.volume's PVC, else an emptyDir (one pod's own: never for sglang)."""
+    claim = spec.get("checkpoint", {}).get("volume")
+    if not claim:
+        return {"name": "checkpoints", "emptyDir": {}}
+    pvc: Obj = {"claimName": claim}
+    if read_only:
+        pvc["readOnly"] = True
+    return {"name": "checkpoints", "persistentVolumeClaim": pvc}
+
+
+def _checkpoint_mount(spec: Obj, read_only: bool = False) -> Obj:
+    mount: Obj = {"name": "checkpoints", "mountPath": checkpoint_path(spec)}
+    if read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def sglang_volume_problem(spec: Obj) -> str:
+    """Why the operator cannot run sglang servers for this spec, or "" (the CRD's CEL rule says
+    the same at admission; this catches runs stored before it)."""
+    rollout = spec.get("rollout", {})
+    if rollout.get("engine") != "sglang" or rollout.get("sglangUrls"):
+        return ""
+    if spec.get("checkpoint", {}).get("volume"):
+        return ""
+    return SGLANG_NEEDS_VOLUME

@@ -24,6 +24,8 @@ from kubecua_operator.trainingrun.children import (
     CONFIG_FILE,
     RENDEZVOUS_PORT,
     SGLANG_PORT,
+    _checkpoint_mount,
+    _checkpoint_volume,
     _model_mounts,
     _model_volumes,
     token_secret_name,
@@ -116,20 +118,16 @@ def volumes_and_mounts(
     run: Obj, pool: tuple[str, str] | None = None
 ) -> tuple[list[Obj], list[Obj]]:
     spec = run["spec"]
-    ckpt = spec.get("checkpoint", {})
     config = {"name": names.run_child(run["metadata"]["name"], "config")}
     volumes: list[Obj] = [
         {"name": "config", "configMap": config},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
-        {"name": "checkpoints", **(
-            {"persistentVolumeClaim": {"claimName": ckpt["volume"]}} if ckpt.get("volume")
-            else {"emptyDir": {}}
-        )},
-    ]  # fmt: skip
+        _checkpoint_volume(spec),  # the sglang servers mount the same PVC at the same path
+    ]
     mounts: list[Obj] = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "shm", "mountPath": "/dev/shm"},
-        {"name": "checkpoints", "mountPath": ckpt.get("path", "/ckpt")},
+        _checkpoint_mount(spec),
     ]
     secret = token_secret_name(spec, pool)
     if secret:

@@ -70,7 +70,7 @@ async def ensure_static(api: Kube, run: Obj, memory: RunMemory) -> None:
 def invalid_reason(spec: Obj) -> str:
     if spec["sandboxes"].get("local"):
         return "spec.sandboxes.local starts desktops on the trainer's machine: local mode only"
-    return ""
+    return children.sglang_volume_problem(spec)
 
 
 def observe(

@@ -1,4 +1,4 @@
-"""Typed client errors. The trainer's rule (DESIGN.md decision 5): SandboxUnavailable is an
+"""Typed client errors. The trainer's rule (docs/episode-api.md): SandboxUnavailable is an
 infrastructure failure and the episode is excluded from the loss, never trained as reward 0."""
 
 from __future__ import annotations

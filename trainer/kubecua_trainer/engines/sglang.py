@@ -1,8 +1,10 @@
 """sglang engine: HTTP to sglang servers' native API (POST /generate, /update_weights_from_disk).
 
-NOT YET EXERCISED AGAINST A LIVE SGLANG SERVER: sglang cannot run on the project's machines. The
-request and response shapes follow sglang's documented native API and are tested against a small
-loopback server that implements them (tests/test_engine_sglang.py).
+NOT YET EXERCISED AGAINST A LIVE SGLANG SERVER: real sglang has never run here (it cannot run on
+the project's machines). The protocol targets sglang SGLANG_VERSION (the operator's default image,
+lmsysorg/sglang:v<SGLANG_VERSION>): every body sent here uses only fields, with their types, of that
+version's request classes, written down as facts in tests/test_sglang_protocol.py. The request and
+response shapes are tested against a small loopback server (tests/test_engine_sglang.py).
 
 - /generate gets input_ids, image_data (PNG data URIs, already fitted by tokens.fit_image),
   sampling_params and return_logprob=true; the sampled ids and their log-probs are read from
@@ -13,7 +15,9 @@ loopback server that implements them (tests/test_engine_sglang.py).
 - After EVERY step (not only at checkpoints) rank 0 writes the new weights in the HF layout on the
   volume the servers mount (the checkpoint when one is due, else a weights-only copy under
   <checkpoint root>/weights) and every server loads them through /update_weights_from_disk
-  {"model_path": dir, "weight_version": "<step>"}. Why this path and not the NCCL one
+  {"model_path": dir, "weight_version": "<step>"}. The operator's sglang Deployment mounts the
+  run's checkpoint PVC read-only at the trainer's checkpoint path, so dir resolves there too;
+  servers given as sglangUrls must see the same path themselves. Why this path and not the NCCL one
   (/init_weights_update_group + /update_weights_from_distributed): it needs no NCCL group between
   the trainer pods and the server pods (a port open both ways, the same NCCL in two images, the
   server GPUs joining the trainer's world), works for any number of trainer ranks and servers,
@@ -37,6 +41,7 @@ from PIL import Image
 from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
 
 log = logging.getLogger(__name__)
+SGLANG_VERSION = "0.5.3"  # the sglang release whose native API this client speaks
 
 
 def collapse_image_pads(ids: list[int], pad_id: int) -> list[int]:
@@ -72,6 +77,11 @@ def generate_payload(
     if images:
         payload["image_data"] = [image_data_uri(im) for im in images]
     return payload
+
+
+def update_weights_payload(model_path: str, step: int) -> dict[str, Any]:
+    """The body of /update_weights_from_disk: the servers load model_path, tagged with the step."""
+    return {"model_path": model_path, "weight_version": str(step)}
 
 
 def parse_generation(body: dict[str, Any], sampling: SamplingParams) -> Generation:
@@ -132,7 +142,7 @@ class SGLangEngine:
                 "step %d: no checkpoint to load; sglang keeps step %s", step, self.weights_step
             )
             return
-        payload = {"model_path": checkpoint_dir, "weight_version": str(step)}
+        payload = update_weights_payload(checkpoint_dir, step)
         bodies = await asyncio.gather(
             *(self._post(f"{u}/update_weights_from_disk", payload) for u in self.urls)
         )

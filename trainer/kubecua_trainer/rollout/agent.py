@@ -79,8 +79,9 @@ class ParseError(ValueError):
         self.feedback = f"Your last reply was not a valid action: {reason} {_FORMAT_HINT}"
 
 
-def system_prompt(width: int, height: int) -> str:
-    return SYSTEM_PROMPT.format(width=width, height=height)
+def system_prompt(width: int, height: int, template: str | None = None) -> str:
+    """The system prompt for a width x height screenshot: spec.rollout.systemPrompt or ours."""
+    return (template or SYSTEM_PROMPT).format(width=width, height=height)
 
 
 def first_user_text(instruction: str) -> str:

@@ -69,7 +69,7 @@ class Rollout:
         return fit_image(image, self.policy, self.rollout.max_pixels)
 
     def new_context(self, screen: Screen) -> EpisodeContext:
-        prompt = system_prompt(screen.image.width, screen.image.height)
+        prompt = system_prompt(screen.image.width, screen.image.height, self.rollout.system_prompt)
         return CONTEXTS[self.algorithm.mode](
             self.policy,
             prompt,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from kubecua_trainer.tokens import Sample
 
 # Outcomes of an episode that ran to evaluation, and the infrastructure failures that exclude an
-# episode from the loss (DESIGN.md decision 5: a failure is never trained as reward 0).
+# episode from the loss (a failure is never trained as reward 0; docs/trajectories.md, `outcome`).
 SCORED = ("success", "failure")
 EXCLUDED = (
     "setup_failed",

@@ -3,8 +3,8 @@
 What it does: builds a Qwen2.5-VL-3B-shaped model with random weights from a config (no download;
 tokenizer from tiny_models), makes one multi-turn sample of N screenshots at WxH with G generated
 tokens per turn, and times Learner.step (bf16 autocast, gradient checkpointing, chunked log-probs).
-Comparable to the naive baseline in ENVIRONMENT.md (8 x 1280x720, checkpointing: 8.57 s/step,
-39.2 GiB peak on an H100).
+Comparable to the naive transformers baseline measured on one H100 on 2026-11-21 (8 x 1280x720,
+checkpointing: 8.57 s/step, 39.2 GiB peak).
 What it leaves out: generation, and any multi-GPU sharding.
 How to run (GPU): `python -m kubecua_trainer.testing.bench --images 8 --size 1280x720`
 """

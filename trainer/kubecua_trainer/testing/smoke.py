@@ -4,7 +4,7 @@ What it does: builds a tiny model, runs N GRPO steps on the token bandit (testin
 reward = fraction of sampled ids in a fixed set) with the real engine, Conversation, the batch a
 run trains with (batch.assemble_batch) and Learner, saves a checkpoint and reloads it, and prints
 one JSON line of figures (reward per step, rollout tokens/s: prompts and generation, learner
-seconds, trainer/engine log-prob mismatch, peak GPU memory).
+seconds, log-prob mismatch between trainer and engine, peak GPU memory).
 What it leaves out: desktops, rollout, config files (that is the trainer's `make demo`).
 How to run: `python -m kubecua_trainer.testing.smoke --device cuda --steps 12` (bf16 on CUDA).
 """

@@ -80,7 +80,7 @@ def demo_samples(
     sx, sy = coordinate_scale(demo.image_size, first.size)
     ctx = CONTEXTS[algorithm.mode](
         policy,
-        system_prompt(*first.size),
+        system_prompt(*first.size, rollout.system_prompt),
         rollout.max_pixels,
         keep_screenshots=rollout.keep_screenshots,
         turn_discount=algorithm.turn_discount,

@@ -1,10 +1,12 @@
 """KubeVirt backend: a kubevirt.io/v1 VirtualMachine per sandbox, booted from a containerDisk or a
 clone of a DataVolume, plus an episode-server pod pointed at the VM's desktop API.
 
-Works with stock OSWorld Ubuntu or Windows images: their desktop server listens on :5000, and the
-VM's readiness probe asks it for /platform. The episode server reaches the VM through the
-`<sandbox>-desktop` Service (the VM's launcher pod carries role=vm), so the sandbox's main Service
-keeps one backend: the episode-server pod.
+Meant for OSWorld's stock Ubuntu image: its desktop server listens on :5000, and the VM's
+readiness probe asks it for /platform. No VM has booted under KubeVirt here (the tests check the
+manifests against KubeVirt's CRD schema). Windows is refused at admission (the CRD's rule on
+spec.desktop.os): the episode server drives Linux desktops only. The episode server reaches the
+VM through the `<sandbox>-desktop` Service (the VM's launcher pod carries role=vm), so the
+sandbox's main Service keeps one backend: the episode-server pod.
 """
 
 from __future__ import annotations
