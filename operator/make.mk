@@ -6,8 +6,8 @@ TEST_TARGETS += test-operator
 test-operator: operator-env setup-go ## operator unit tests and its tests on the real control plane (kwok)
 	cd operator && .venv/bin/pytest -q
 
-bench-operator: operator-env setup-go tests-env ## SandboxPool 0->1000 on kwok and discovery latency; prints JSON
-	cd operator && .venv/bin/python -m bench.scale
+bench-operator: operator-env setup-go tests-env ## SandboxPool 0->1000 on kwok and discovery latency; prints JSON (BENCH_ARGS=--smoke)
+	cd operator && .venv/bin/python -m bench.scale $(BENCH_ARGS)
 
 run-operator: operator-env ## run the operator against the KUBECONFIG cluster (kubectl apply -f crds/ first)
 	cd operator && .venv/bin/python -m kubecua_operator

@@ -19,10 +19,13 @@ DEMO_OUT := out/demo
 
 # It first builds the small model and records the warm-up's demonstrations on real desktops
 # (both cached under $(KUBECUA_CACHE) by a hash of their inputs; learningbench/run.py --prepare),
-# and ends with held-out success before and after (learningbench/summary.py).
+# evaluates the untrained model as the run will (`evaluate --spec`), runs the TrainingRun, and ends
+# with held-out success untrained, after the warm-up and after GRPO (learningbench/summary.py).
 demo: setup-apt trainer-env sandbox-env ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
 	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --prepare
 	rm -rf $(DEMO_OUT)
+	trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-typeword \
+		--spec $(DEMO_MANIFEST) --local 2 --output-dir $(DEMO_OUT)/untrained --no-progress
 	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
 	trainer/.venv/bin/python -m kubecua_trainer.learningbench.summary $(DEMO_OUT)
 
@@ -33,6 +36,12 @@ BENCH_TRAINER_PY ?= $(if $(wildcard trainer/.venv/bin/python),$(CURDIR)/trainer/
 .PHONY: bench-trainer
 bench-trainer: ## learner tokens/s, TFLOP/s, peak GiB vs naive transformers (GPU; CPU: toy smoke)
 	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.bench $(BENCH_ARGS)
+
+# Embedded generation: plain generate() vs the continuous engine with KV reuse, 8 episodes x 8 turns
+# of 720p on the 3B shape (kubecua_trainer/perf/generation_bench.py); CPU: toy smoke.
+.PHONY: bench-generation
+bench-generation: ## generation tokens/s (prefill, decode apart), peak GiB: plain generate() vs the engine (GPU; CPU: toy smoke)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.generation_bench $(BENCH_ARGS)
 
 # The distributed learner on the GPUs there are (torchrun; NPROC=2 on a two-GPU machine): weight
 # refresh seconds for the 3B and 7B shapes, FSDP2 vs plain learner tokens/s (perf/distributed_bench.py).

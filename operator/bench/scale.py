@@ -10,6 +10,7 @@ runs the operator as a subprocess, and prints one JSON object:
                          until an EndpointSlice watcher like the trainer's sees it ready
 Leaves out: episode-server polling (kwok pod IPs answer nothing), real kubelets and images.
 Run: make bench-operator   (or: cd operator && .venv/bin/python -m bench.scale --replicas 1000)
+Smoke: make bench-operator BENCH_ARGS=--smoke   (20 sandboxes, 10 samples: checks it runs)
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import threading
 import time
 from pathlib import Path
 
-from kubernetes import client, watch
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from tests.conftest import REPO, OperatorProcess, wait_until
 from tests.helpers import mark_pod_unready, pool_manifest, set_pod_status
 
@@ -35,37 +38,97 @@ NAMESPACE = "bench"
 
 
 class SliceWatcher:
-    """Watches the pool's EndpointSlices as the trainer does; notes when endpoints turn ready."""
+    """Watches the pool's EndpointSlices as the trainer does; notes when endpoints turn ready.
 
-    def __init__(self, api: client.ApiClient, pool: str) -> None:
-        self.api, self.pool = client.DiscoveryV1Api(api), pool
+    A watch stream can break at any time (under load: "Response ended prematurely"); the
+    watcher then resumes from the last resourceVersion it saw, and lists again when that one is
+    too old (410 Gone), so it keeps watching until stopped. Raw dicts throughout: the client's
+    model refuses slices whose endpoints are null."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, pool: str) -> None:
+        self.api, self.namespace = client.DiscoveryV1Api(api), namespace
+        self.selector = f"kubecua.dev/pool={pool}"
         self.ready: dict[str, bool] = {}
         self.changed = threading.Condition()
         self.stop = False
+        self.reconnects = self.relists = 0
+        self.error: Exception | None = None  # the last one, for a timeout's message
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        w = watch.Watch()
-        # Raw dicts: the client's model refuses slices whose endpoints are null.
-        for event in w.stream(self.api.list_namespaced_endpoint_slice, NAMESPACE,
-                              label_selector=f"kubecua.dev/pool={self.pool}",
-                              deserialize=False):  # fmt: skip
-            obj = event["object"]
-            sandbox = (obj["metadata"].get("labels") or {}).get("kubecua.dev/sandbox", "")
-            eps = obj.get("endpoints") or []
-            with self.changed:
-                ready = (eps[0].get("conditions") or {}).get("ready") if eps else False
-                self.ready[sandbox] = bool(eps) and ready is not False
-                self.changed.notify_all()
-            if self.stop:
-                w.stop()
+        version, pause = "", 0.1
+        while not self.stop:
+            try:
+                if not version:
+                    version = self._list()
+                version = self._watch(version)
+                pause = 0.1
+            except ApiException as err:
+                self.error = err
+                if err.status == 410:  # too old to resume from: list again
+                    version = ""
+                    continue
+                self.reconnects += 1
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as err:  # a broken stream
+                self.error = err
+                self.reconnects += 1
+            time.sleep(pause)  # a short, growing pause between failed attempts, not a wait
+            pause = min(pause * 2, 2.0)
+
+    def _note(self, obj: dict, deleted: bool = False) -> None:
+        sandbox = (obj["metadata"].get("labels") or {}).get("kubecua.dev/sandbox", "")
+        eps = obj.get("endpoints") or []
+        ready = (eps[0].get("conditions") or {}).get("ready") if eps else False
+        with self.changed:
+            self.ready[sandbox] = not deleted and bool(eps) and ready is not False
+            self.changed.notify_all()
+
+    def _list(self) -> str:
+        self.relists += 1
+        resp = self.api.list_namespaced_endpoint_slice(
+            self.namespace, label_selector=self.selector, _preload_content=False,
+            _request_timeout=30,
+        )  # fmt: skip
+        body = json.loads(resp.data)
+        for obj in body.get("items") or []:
+            self._note(obj)
+        return str(body["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        """One watch request from `version`; returns the last version seen ("" after 410)."""
+        resp = self.api.list_namespaced_endpoint_slice(
+            self.namespace, label_selector=self.selector, watch=True,
+            resource_version=version, allow_watch_bookmarks=True, timeout_seconds=60,
+            _preload_content=False, _request_timeout=(10, 90),
+        )  # fmt: skip
+        try:
+            for line in resp:  # one JSON event per line
+                if self.stop:
+                    break
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    if obj.get("code") == 410:
+                        return ""
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                version = obj["metadata"].get("resourceVersion") or version
+                if event["type"] != "BOOKMARK":
+                    self._note(obj, deleted=event["type"] == "DELETED")
+        finally:
+            resp.release_conn()
+        return version
 
     def wait(self, sandbox: str, ready: bool, timeout: float = 30) -> float:
         with self.changed:
             ok = self.changed.wait_for(lambda: self.ready.get(sandbox) is ready, timeout)
         if not ok:
-            raise TimeoutError(f"{sandbox} never became ready={ready} for the watcher")
+            raise TimeoutError(
+                f"{sandbox} never became ready={ready} for the watcher (reconnects: "
+                f"{self.reconnects}, lists: {self.relists}, last error: {self.error!r})"
+            )
         return time.perf_counter()
 
 
@@ -97,7 +160,7 @@ def measure_scale(kube: Kube, op: OperatorProcess, replicas: int) -> dict:
 
 
 def measure_discovery(kube: Kube, api: client.ApiClient, samples: int) -> dict:
-    watcher = SliceWatcher(api, "fleet")
+    watcher = SliceWatcher(api, NAMESPACE, "fleet")
     latencies = []
     for i in range(samples):
         name = f"fleet-{i}"
@@ -112,14 +175,22 @@ def measure_discovery(kube: Kube, api: client.ApiClient, samples: int) -> dict:
     watcher.stop = True
     q = statistics.quantiles(latencies, n=100)
     return {"discovery_samples": samples, "discovery_p50_ms": round(q[49], 1),
-            "discovery_p99_ms": round(q[98], 1)}  # fmt: skip
+            "discovery_p99_ms": round(q[98], 1),
+            "watch_reconnects": watcher.reconnects, "watch_lists": watcher.relists}  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale")
     parser.add_argument("--replicas", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument(
+        "--smoke", action="store_true", help="20 sandboxes and 10 discovery samples (a check)"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.replicas, args.samples = 20, 10
+    if args.replicas < 1 or not 2 <= args.samples <= args.replicas:
+        parser.error("--replicas must be >= 1 and --samples between 2 and --replicas")
     name = f"kubecua-bench-{os.getpid()}"
     cluster = up(name, nodes=max(3, args.replicas // 100 + 2))
     try:

@@ -83,8 +83,15 @@ class Kube:
                 return None
             raise
 
-    def list(self, kind: str, namespace: str, selector: str = "") -> list[Obj]:
-        query = f"?labelSelector={selector}" if selector else ""
+    def list(self, kind: str, namespace: str, selector: str = "", fields: str = "") -> list[Obj]:
+        """`selector`: a label selector; `fields`: a field selector (e.g. metadata.name=x, a read
+        of one object where RBAC grants list but not get)."""
+        params = []
+        if selector:
+            params.append(f"labelSelector={selector}")
+        if fields:
+            params.append(f"fieldSelector={fields}")
+        query = "?" + "&".join(params) if params else ""
         out = self.request("GET", self.path(kind, namespace) + query)
         return list(out.get("items", []))
 

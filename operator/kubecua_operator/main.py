@@ -75,6 +75,9 @@ async def sandbox_slices(**kw: Any) -> dict:
 @kopf.on.event("services", labels=SANDBOX_SERVICE)
 @kopf.on.event("discovery.k8s.io", "v1", "endpointslices", labels=OUR_SLICES)
 async def wake_pool(**kw: Any) -> None:
+    key = (kw["namespace"], kw["labels"][POOL])
+    if kw["type"] is None and key in POOL_LOOPS.live:  # from a list: the index may hold ghosts
+        pools.child_listed(*key)
     wakeups.signal("SandboxPool", kw["namespace"], kw["labels"][POOL])
 
 

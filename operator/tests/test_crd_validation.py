@@ -206,6 +206,11 @@ BAD = [
         with_spec(RUN, sandboxes={"poolRef": "p", "tokenSecretRef": "../etc"}),
         "spec.sandboxes.tokenSecretRef",
     ),
+    (
+        "token secret ref not a sandbox token",
+        with_spec(RUN, sandboxes={"poolRef": "p", "tokenSecretRef": "db-password"}),
+        'spec.sandboxes.tokenSecretRef: Invalid value: "string": must end in -sandbox-token',
+    ),
     # Issue 19: evaluation, warm-up and the algorithm options.
     (
         "steps 0 without evaluation",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import copy
 
 import pytest
 
 from kubecua_operator import names
 from kubecua_operator.sandboxpool import children
 from kubecua_operator.sandboxpool.backends import external, kubevirt, pod
+from kubecua_operator.sandboxpool.model import service_shape
 from kubecua_operator.settings import Settings
 
 POOL = {
@@ -135,3 +137,35 @@ def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
     env = {e["name"]: e["value"] for e in episode["spec"]["containers"][0]["env"]}
     assert env["KUBECUA_DESKTOP_URL"] == "http://desks-0-desktop.ns1.svc:5000"
     assert env["KUBECUA_DESKTOP_OS"] == "Ubuntu"
+
+
+def test_an_edited_sandbox_service_is_told_apart_and_its_restore_patch_undoes_the_edit():
+    want = children.build_sandbox_service("desks", "ns1", "desks-1", selector=True)
+    edited = copy.deepcopy(want)
+    edited["spec"]["selector"] = {names.SANDBOX_LABEL: "desks-0", "extra": "x"}
+    edited["spec"]["ports"][0]["targetPort"] = 9999
+    edited["metadata"]["labels"][names.SANDBOX_LABEL] = "desks-0"
+    edited["metadata"]["labels"]["team"] = "a"  # not ours: stays, and no edit of ours
+    assert service_shape(edited) != service_shape(want)
+    patch = children.service_restore_patch(edited, want)
+    assert patch["spec"]["selector"] == {
+        names.SANDBOX_LABEL: "desks-1",
+        names.ROLE_LABEL: "episode-server",
+        "extra": None,  # a merge patch removes a key only when told to
+    }
+    assert patch["spec"]["ports"] == want["spec"]["ports"]
+    assert patch["spec"]["publishNotReadyAddresses"] is False
+    assert patch["metadata"]["labels"][names.SANDBOX_LABEL] == "desks-1"
+    assert "team" not in patch["metadata"]["labels"]
+    # The API server fills in defaults (protocol, type): the same shape, nothing to restore.
+    served = copy.deepcopy(want)
+    served["spec"]["type"] = "ClusterIP"
+    served["spec"]["sessionAffinity"] = "None"
+    served["metadata"]["labels"]["team"] = "a"
+    assert service_shape(served) == service_shape(want)
+    # A selector added to an external pool's Service (it has none) is removed.
+    bare = children.build_sandbox_service("ext", "ns1", "ext-0", selector=False)
+    grabbed = copy.deepcopy(bare)
+    grabbed["spec"]["selector"] = {"app": "anything"}
+    assert service_shape(grabbed) != service_shape(bare)
+    assert children.service_restore_patch(grabbed, bare)["spec"]["selector"] is None

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from kubecua_operator.apihealth import HEALTH
-from kubecua_operator.sandboxpool import reconcile
-from kubecua_operator.sandboxpool.model import Summary
+from kubecua_operator.sandboxpool import plan, reconcile
+from kubecua_operator.sandboxpool.model import READY, TERMINATING, Sandbox, Summary
 from kubecua_operator.sandboxpool.reconcile import PoolMemory, compare_with_list
+from kubecua_operator.sandboxpool.status import compute_status
 
 POOL = {"metadata": {"name": "desks", "namespace": "ns", "uid": "pool-uid"}}
 
@@ -82,3 +84,47 @@ def test_lists_again_until_the_index_holds_what_the_pool_created(api_listing):
     assert api_listing["calls"] == 4
     assert observe(memory, caught_up) == {"a", "c"}
     assert api_listing["calls"] == 4
+
+
+def test_a_child_kopf_listed_makes_the_pool_list_again(api_listing):
+    """kopf starts a watch anew with a list (after 410 Gone, e.g. an API server restart); what
+    was deleted before that list stays in its index. Issue 20: the pool had verified its view
+    just before, trusted the index for a relist period (60 s) and counted the ghosts ready."""
+    memory = PoolMemory()
+    api_listing["listed"] = [pod("a"), pod("b")]
+    assert observe(memory, [pod("a"), pod("b")]) == {"a", "b"}
+    assert observe(memory, [pod("a"), pod("b")]) == {"a", "b"}
+    assert api_listing["calls"] == 1
+    api_listing["listed"] = [pod("a")]  # "b" deleted while the watch was down
+    reconcile.child_listed("ns", "desks")
+    assert observe(memory, [pod("a"), pod("b")]) == {"a"}
+    assert api_listing["calls"] == 2
+    assert observe(memory, [pod("a"), pod("b")]) == {"a"}  # the ghost stays ignored
+    assert api_listing["calls"] == 3  # a new ghost: listed once more, then the index is read
+    assert observe(memory, [pod("a"), pod("b")]) == {"a"}
+    assert api_listing["calls"] == 3
+    reconcile.LISTED.clear()
+
+
+def test_an_index_that_holds_a_child_in_an_older_state_has_not_caught_up():
+    ready = Summary("Pod", "desks-a", "a", "desks-a", ready=True, owner="pool-uid")
+    going = Summary("Pod", "desks-a", "a", "desks-a", ready=True, deleting=True, owner="pool-uid")
+    assert not compare_with_list([ready], [going], "pool-uid", set()).caught_up
+    assert compare_with_list([going], [going], "pool-uid", set()).caught_up
+
+
+def test_sandboxes_the_pass_deleted_are_not_ready_in_its_status_or_later_views():
+    """Issue 20: a scale-in pass published its status from the view before its deletes, and a
+    lagging index showed the deleted sandboxes ready afterwards too."""
+    body = {"metadata": {"name": "desks", "generation": 1}, "spec": {"replicas": 1}}
+    boxes = [Sandbox(f"desks-{i}", i, READY, uid=f"u{i}") for i in range(3)]
+    step = plan.make_plan(body["spec"], boxes, {}, replace_allowed=True, burst=4)
+    assert sorted(s.index for s, _ in step.delete) == [1, 2]
+    memory = PoolMemory()
+    results = [(1, "deleted"), (2, ApiException(status=500))]  # the second delete failed
+    assert reconcile.outcome(results, step, memory) == 0
+    assert memory.deleted == {"u1"}
+    view = reconcile.mark_deleted(boxes, memory.deleted)
+    assert [s.state for s in view] == [READY, TERMINATING, READY]
+    st = compute_status(body, view, step)
+    assert (st["replicas"], st["readyReplicas"]) == (2, 2)

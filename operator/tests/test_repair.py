@@ -63,3 +63,42 @@ def test_deleted_and_edited_children_of_pools_and_runs_come_back(kube, operator,
     )
     healed_edits = time.monotonic() - started
     print(f"heal: 8 deleted children {healed_deletes:.1f}s, 2 edited {healed_edits:.1f}s")
+
+
+def test_edited_sandbox_services_are_put_back(kube, operator, namespace):
+    """Issue 20: an edited sandbox Service selector (here pointing desks-1's Service at desks-0)
+    was never reverted. Now its selector, ports, publishNotReadyAddresses and the operator's
+    labels are restored by the pass its watch event wakes, and a VM's desktop Service by the
+    next resync pass: well within one relist period (60 s by default, the goal 10 s)."""
+    kube.create(pool_manifest("desks", namespace, 2))
+    kube.create(kubevirt_pool(namespace, 1))
+    wait_pool(kube, namespace, "desks", ready=2, total=2)
+    edited = {"desks-1": "desks-0", "vms-0-desktop": "vms-1"}
+    want = {n: wait_until(lambda n=n: kube.get("Service", namespace, n), 60, n) for n in edited}
+    for name, other in edited.items():
+        kube.patch("Service", namespace, name, {
+            "metadata": {"labels": {"kubecua.dev/sandbox": other}},
+            "spec": {"selector": {"kubecua.dev/sandbox": other, "extra": "x"},
+                     "publishNotReadyAddresses": True,
+                     "ports": [{"name": "desktop", "port": 5000, "targetPort": 9999}]},
+        })  # fmt: skip
+    started = time.monotonic()
+    fields = ("selector", "ports", "publishNotReadyAddresses")
+
+    def restored(name: str) -> bool:
+        svc = kube.get("Service", namespace, name) or {}
+        spec, labels = svc.get("spec") or {}, svc["metadata"].get("labels") or {}
+        return (
+            all(spec.get(f) == want[name]["spec"].get(f) for f in fields)
+            and labels == want[name]["metadata"]["labels"]
+            and svc["metadata"]["uid"] == want[name]["metadata"]["uid"]  # patched, not recreated
+        )
+
+    goal = 10 + 5  # the goal plus a margin for a loaded 2-core machine
+    wait_until(lambda: all(restored(n) for n in edited), goal, "both edited Services restored")
+    print(f"heal: 2 edited sandbox Services {time.monotonic() - started:.1f}s")
+    # Restored once each, never again: the API server's defaults do not read as edits.
+    passes = operator.reconciles("SandboxPool")
+    wait_until(lambda: operator.reconciles("SandboxPool") >= passes + 6, 30, "6 more passes")
+    log = operator.log_path.read_text(errors="replace")
+    assert sum(f"Service {namespace}/" in line for line in log.splitlines()) == 2

@@ -56,10 +56,12 @@ def test_trainer_reads_no_secret_and_patches_only_its_own_status(
 def test_token_secret_ref_is_mounted_instead_of_the_pool_token(cluster, kube, operator, namespace):
     kube.create(pool_manifest("desks", namespace, 2))
     wait_pool(kube, namespace, "desks", ready=2)
-    sandboxes = {"poolRef": "desks", "minReady": 2, "tokenSecretRef": "my-token"}
+    sandboxes = {"poolRef": "desks", "minReady": 2, "tokenSecretRef": "my-sandbox-token"}
     kube.create(run_manifest(namespace, sandboxes=sandboxes))
     job = wait_until(lambda: kube.get("Job", namespace, "qwen-trainer"), 60, "the trainer Job")
     volumes = job["spec"]["template"]["spec"]["volumes"]
-    assert [v["secret"]["secretName"] for v in volumes if "secret" in v] == ["my-token"]
+    assert [v["secret"]["secretName"] for v in volumes if "secret" in v] == ["my-sandbox-token"]
     wait_binding(cluster, kube, namespace)
-    assert not allowed(cluster, namespace, "get", "secret/my-token")  # a file, not an API read
+    assert not allowed(
+        cluster, namespace, "get", "secret/my-sandbox-token"
+    )  # a file, not an API read

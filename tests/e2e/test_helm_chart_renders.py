@@ -119,19 +119,46 @@ def test_cluster_scope_grants_no_wildcards_and_never_lists_secrets():
     assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
 
 
-def test_admission_policies_guard_token_secrets_and_the_operator_account():
+def test_admission_policies_guard_references_the_operators_writes_and_its_label():
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
-    assert set(policies) == {"kubecua-operator-token-secrets", "kubecua-operator-guard"}
+    names = ["references", "guard", "workloads", "owner-label"]
+    assert set(policies) == {f"kubecua-operator-{n}" for n in names}
+    operator = '"system:serviceaccount:kubecua-system:kubecua-operator"'
     guard = policies["kubecua-operator-guard"]["spec"]
-    assert guard["matchConditions"][0]["expression"] == (
-        'request.userInfo.username == "system:serviceaccount:kubecua-system:kubecua-operator"'
-    )
+    assert guard["matchConditions"][0]["expression"] == f"request.userInfo.username == {operator}"
+    # Every write of the operator's account, whatever the kind.
+    (every,) = guard["matchConstraints"]["resourceRules"]
+    assert (every["apiGroups"], every["resources"]) == (["*"], ["*/*"])
+    assert every["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    where = guard["validations"][0]["expression"]
+    assert "'kube-system'" in where
+    # The workloads policy also takes what carries the operator's label, whoever writes it.
+    workloads = policies["kubecua-operator-workloads"]["spec"]
+    match = workloads["matchConditions"][0]["expression"]
+    assert operator in match
+    assert "'app.kubernetes.io/managed-by'" in match
+    resources = {
+        r for rule in workloads["matchConstraints"]["resourceRules"] for r in rule["resources"]
+    }
+    assert resources == {"pods", "jobs", "deployments", "replicasets"}
     bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
     off = render("admissionPolicies.enabled=false")
     assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_namespace_scope_guard_allows_only_the_watched_namespaces():
+    docs = render("rbac.scope=namespace", "rbac.watchNamespaces={team-a,team-b}")
+    guard = one(docs, "ValidatingAdmissionPolicy", "kubecua-operator-guard")["spec"]
+    where = guard["validations"][0]
+    assert where["expression"] == (
+        "request.namespace == '' || "
+        '(request.namespace in ["team-a","team-b"] && request.namespace != \'kube-system\')'
+    )
+    assert "(team-a, team-b), and nothing in kube-system" in where["message"]
 
 
 def test_namespace_scope_makes_a_role_per_watched_namespace_and_passes_them_to_kopf():

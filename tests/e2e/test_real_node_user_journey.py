@@ -8,9 +8,10 @@ kubelet and kube-proxy built from the pinned k8s.io/kubernetes; kubecua_testkit.
   the trainer finds them) list exactly their pod IPs, which answer /readyz;
 - a TrainingRun with the tiny model on the CPU (hostPath PersistentVolumes for the model and the
   checkpoints): its trainer pod plays episodes against those sandboxes over the pod network and
-  patches the run's status; suspended after step 1, the pod gets SIGTERM and checkpoints; resumed,
-  a new pod trains step 2 from that checkpoint; a held-out task is evaluated before step 1 and
-  after step 2, and the last evaluation reaches status.evaluation;
+  patches the run's status; suspended after step 1, the pod gets SIGTERM and checkpoints the
+  step it is at; resumed, a new pod trains the rest from that checkpoint; a held-out task is
+  evaluated before step 1 and after the last step, and the last evaluation reaches
+  status.evaluation;
 - Debian's Prometheus scrapes the operator, the sandboxes and the trainer pods chosen by the
   chart's ServiceMonitor and PodMonitor, and every query of the training dashboard returns the
   run's series.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -263,6 +265,9 @@ def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, 
 
 # ---- the TrainingRun: a trainer pod on the real node, suspended and resumed ---------------------
 RUN = "tiny"
+# Steps enough that a suspend sent after step 1 arrives mid-run: a step takes about 1 s here,
+# the suspend (status -> patch -> Job suspended -> SIGTERM) a few.
+STEPS = 12
 TASK = "count-lines"
 HELD_OUT = "create-hello-file"
 TRAINER_IMAGE = "localhost/kubecua/trainer:dev"
@@ -306,9 +311,9 @@ def trainingrun(ns: str) -> dict:
                         "episodeTimeoutSeconds": 240},
             "trainer": {"gradientCheckpointing": False,
                         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
-            # No periodic checkpoint within 2 steps: the one after step 1 is SIGTERM's.
+            # No periodic checkpoint before the last step: the first pod's is SIGTERM's.
             "checkpoint": {"volume": "checkpoints", "path": "/ckpt", "everySteps": 100},
-            "steps": 2,
+            "steps": STEPS,
             "metrics": {"port": 9400},
         },
     }  # fmt: skip
@@ -409,7 +414,8 @@ def prometheus(cluster: Cluster, release, tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> dict:
-    """The run: step 1 in a first trainer pod, suspend (SIGTERM: checkpoint), resume, step 2."""
+    """The run: step 1 (or a few) in a first trainer pod, suspend (SIGTERM: checkpoint), resume,
+    the remaining steps in a second pod."""
     if TRAINER_IMAGE not in node_images(cluster):
         pytest.skip(f"{TRAINER_IMAGE} is not built: `make test-e2e` (or `make images`) builds it")
     model = cache_dir() / "models" / "tiny-qwen2_5_vl"
@@ -462,34 +468,36 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
     }
 
 
-def test_trainer_pod_trains_two_grpo_steps_on_the_real_node_and_patches_status(training):
+def test_trainer_pod_trains_its_grpo_steps_on_the_real_node_and_patches_status(training):
     assert {p.spec.node_name for p in training["pods"]} == {real.NAME}
     status = training["final"]
-    assert (status["step"], status["totalSteps"]) == (2, 2)
+    assert (status["step"], status["totalSteps"]) == (STEPS, STEPS)
     assert 0.0 <= status["meanReward"] <= 1.0
     ready = next(c for c in status["conditions"] if c["type"] == "SandboxesReady")
     assert ready["status"] == "True"
     # The evaluation after the last step, as the trainer pod patched it.
     evaluation = status["evaluation"]
-    assert (evaluation["step"], evaluation["episodes"] + evaluation["excluded"]) == (2, 1)
+    assert (evaluation["step"], evaluation["episodes"] + evaluation["excluded"]) == (STEPS, 1)
     assert [t["id"] for t in evaluation["tasks"]] == [HELD_OUT]
 
 
 def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(training):
     first, second = training["logs"]
-    # everySteps is 100: the only checkpoint of step 1 is the one SIGTERM asked for.
-    assert "checkpoint of step 1 written" in first, first[-3000:]
-    assert "stopped by SIGTERM after step 1" in first, first[-3000:]
+    # The suspend came after step 1 and before the last step (the run is long enough for the
+    # SIGTERM to arrive mid-run); everySteps is 100, so the step-k checkpoint is SIGTERM's.
+    k = training["suspended"]["lastCheckpoint"]["step"]
+    assert 1 <= k < STEPS, training["suspended"]
+    assert f"checkpoint of step {k} written" in first, first[-3000:]
+    assert f"stopped by SIGTERM after step {k}" in first, first[-3000:]
     assert training["suspended"]["phase"] == "Suspended"
-    assert training["suspended"]["lastCheckpoint"]["step"] == 1
     # The stopped pod exits 143 (stopped, not finished) under the Job's podFailurePolicy: a suspend
     # counts no failure, neither then nor by the end of the run.
     assert training["suspended"].get("restarts", 0) == 0, training["suspended"]
     assert training["final"].get("restarts", 0) == 0, training["final"]
-    # The new pod resumed from that checkpoint: it trained step 2 and never step 1 again.
-    assert "step 2:" in second, second[-3000:]
-    assert "step 1:" not in second, second[-3000:]
-    assert (training["ckpt"] / "step-00000001").is_dir()
+    # The new pod resumed from that checkpoint: it trained step k + 1 and never step k again.
+    assert re.search(rf"^step {k + 1}:", second, re.M), second[-3000:]
+    assert not re.search(rf"^step {k}:", second, re.M), second[-3000:]
+    assert (training["ckpt"] / f"step-{k:08d}").is_dir()
 
 
 def _scraped_after(api: str, at: float) -> bool:
@@ -528,4 +536,4 @@ def test_training_dashboard_queries_return_the_runs_series(training, prometheus)
         prometheus, f'max(kubecua_trainer_step{{namespace="{training["ns"]}"}})',
         training["start"], training["end"],
     )  # fmt: skip
-    assert max(float(v) for s in steps for _, v in s["values"]) == 2
+    assert max(float(v) for s in steps for _, v in s["values"]) == STEPS

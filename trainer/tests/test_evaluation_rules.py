@@ -165,6 +165,8 @@ def test_evaluate_command_names_what_to_fix(
         ([str(tiny_model_dir), "--local", "1", "--episodes-per-task", "0"],
          "--episodes-per-task: Input should be greater than or equal to 1"),
         ([str(tiny_model_dir), "--urls", "ftp://x"], "--urls.*http"),
+        ([str(tiny_model_dir), "--local", "1", "--system-prompt", "Screen {size}"],
+         "--system-prompt: Value error, only {width} and {height} may be substituted"),
         ([str(tiny_model_dir), "--urls", "http://x", "--token-file", str(tmp_path / "none")],
          "--token-file: .* is not a file"),
     ]  # fmt: skip
@@ -174,3 +176,42 @@ def test_evaluate_command_names_what_to_fix(
     occupied = ["--output-dir", str(runs), "--tasks", str(tasks), "--local", "1"]
     assert cli.main(["evaluate", str(tiny_model_dir), *occupied]) == 2
     assert "holds a training run's checkpoints" in capsys.readouterr().err
+
+
+def test_evaluate_with_spec_evaluates_as_that_run_does(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubecua_trainer.evaluation.standalone import evaluation_run
+
+    monkeypatch.setenv("KUBECUA_CACHE", str(tmp_path))
+    example = Path(__file__).resolve().parents[2] / "examples" / "trainingrun-local.yaml"
+    common = ["evaluate", str(tiny_model_dir), "--spec", str(example), "--local", "1"]
+    args = cli.parser().parse_args([*common, "--output-dir", str(tmp_path / "a")])
+    spec = evaluation_run(args).spec
+    assert spec.evaluation is not None
+    assert str(spec.evaluation.tasks.path).endswith("sandbox-image/tasks/typeword/heldout")
+    assert (spec.evaluation.temperature, spec.evaluation.max_turns) == (0.0, 1)
+    assert (spec.rollout.max_pixels, spec.algorithm.max_new_tokens) == (784, 16)
+    assert spec.rollout.system_prompt is not None
+    assert spec.rollout.system_prompt.startswith("You control a Linux desktop")
+    assert (spec.steps, spec.warmup) == (0, None)  # evaluates MODEL; trains nothing
+    # A flag given as well wins over the manifest.
+    flags = ["--temperature", "0.7", "--episodes-per-task", "3", "--output-dir", str(tmp_path)]
+    spec = evaluation_run(cli.parser().parse_args([*common, *flags])).spec
+    assert spec.evaluation is not None
+    assert (spec.evaluation.temperature, spec.evaluation.episodes_per_task) == (0.7, 3)
+
+
+def test_evaluate_needs_tasks_or_a_spec_with_evaluation(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = ["--output-dir", str(tmp_path / "o"), "--local", "1"]
+    assert cli.main(["evaluate", str(tiny_model_dir), *out]) == 2
+    assert "--tasks: give the held-out tasks (or --spec" in capsys.readouterr().err
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(
+        "apiVersion: kubecua.dev/v1alpha1\nkind: TrainingRun\nmetadata: {name: p}\n"
+        "spec: {model: {path: /m}, sandboxes: {urls: ['http://a']}, tasks: {path: /t}, steps: 1}\n"
+    )
+    assert cli.main(["evaluate", str(tiny_model_dir), "--spec", str(plain), *out]) == 2
+    assert "has no spec.evaluation to evaluate as; give --tasks" in capsys.readouterr().err

@@ -50,7 +50,16 @@ def test_demo_summary_gives_the_episodes_behind_each_figure(tmp_path: Path) -> N
     (tmp_path / "evaluations/history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "curves.png").write_bytes(b"png")
     lines = summary(tmp_path)
-    assert lines[1] == "  step 0: 3/30 episodes = 10% (95% interval 3%-26%)"
-    assert lines[2] == "  step 4: 9/30 episodes = 30% (95% interval 17%-48%, 2 excluded)"
+    assert lines[1] == "  after the warm-up, step 0: 3/30 episodes = 10% (95% interval 3%-26%)"
+    assert (
+        lines[2] == "  after GRPO, step 4: 9/30 episodes = 30% (95% interval 17%-48%, 2 excluded)"
+    )
     assert lines[3] == f"curves: {tmp_path / 'curves.png'}"
     assert summary(tmp_path / "nothing")[0].startswith("no evaluation found")
+    # The untrained model's figure, when the demo evaluated it into <out>/untrained.
+    (tmp_path / "untrained/evaluations").mkdir(parents=True)
+    row = {"step": 0, "success_rate": 0.0, "scored": 30, "excluded": 0}
+    (tmp_path / "untrained/evaluations/history.jsonl").write_text(json.dumps(row) + "\n")
+    lines = summary(tmp_path)
+    assert lines[1] == "  untrained model: 0/30 episodes = 0% (95% interval 0%-11%)"
+    assert lines[2].startswith("  after the warm-up, step 0: 3/30")

@@ -9,6 +9,7 @@ import base64
 from typing import Any
 
 from kubecua_operator import names
+from kubecua_operator.sandboxpool.model import SERVICE_LABELS
 
 Obj = dict[str, Any]
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
@@ -105,4 +106,28 @@ def build_sandbox_service(pool: str, namespace: str, sandbox: str, selector: boo
             "labels": names.sandbox_labels(pool, sandbox),
         },
         "spec": spec,
+    }
+
+
+def service_restore_patch(current: Obj, want: Obj) -> Obj:
+    """A JSON merge patch that turns `current` back into `want` in every field service_shape
+    covers. A merge patch merges maps, so selector keys and labels of ours that `want` lacks are
+    set to null (removed); lists (ports, externalIPs) are replaced whole. Labels of others'
+    (not ours to own) stay."""
+    have, spec = current.get("spec") or {}, want["spec"]
+    selector: Obj | None = None
+    if spec.get("selector"):
+        selector = {k: None for k in have.get("selector") or {}} | spec["selector"]
+    own = want["metadata"].get("labels") or {}
+    present = current.get("metadata", {}).get("labels") or {}
+    labels = {k: own.get(k) for k in SERVICE_LABELS if k in own or k in present}
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "selector": selector,
+            "ports": spec["ports"],
+            "type": spec.get("type", "ClusterIP"),
+            "publishNotReadyAddresses": bool(spec.get("publishNotReadyAddresses")),
+            "externalIPs": None,
+        },
     }

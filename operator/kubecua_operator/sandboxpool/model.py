@@ -6,6 +6,8 @@ few hundred kilobytes of operator memory rather than the pods' full JSON.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ class Summary:
     ip: str = ""
     owner: str = ""  # uid of the controlling owner: only the pool's own children count
     waiting: str = ""  # a container's waiting reason, e.g. ErrImagePull
+    shape: str = ""  # a Service's service_shape: an edit to what the operator owns changes it
 
 
 @dataclass(frozen=True)
@@ -94,4 +97,43 @@ def summarize_object(kind: str, body: dict[str, Any]) -> Summary:
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
         owner=controller_uid(body),
+        shape=service_shape(body) if kind == "Service" else "",
     )
+
+
+# The labels on a Service that the operator sets and that route or select traffic and discovery
+# (EndpointSlices copy a Service's labels; trainers find sandboxes by them).
+SERVICE_LABELS = (
+    names.POOL_LABEL,
+    names.SANDBOX_LABEL,
+    names.ROLE_LABEL,
+    names.COMPONENT_LABEL,
+    *names.MANAGED_BY,
+)
+
+
+def service_shape(body: dict[str, Any]) -> str:
+    """A short digest of what the operator owns in a Service: the selector, ports, type, whether
+    unready pods are published, external IPs, and its own labels. The same for an object as
+    built and as the API server returns it (defaults filled in), so a difference is an edit.
+    Only the digest is kept: 1,000 Services' selectors and ports would cost the index far more."""
+    spec, labels = body.get("spec") or {}, body.get("metadata", {}).get("labels") or {}
+    ports = [
+        [
+            p.get("name", ""),
+            p.get("port"),
+            str(p.get("targetPort") or p.get("port")),
+            p.get("protocol") or "TCP",
+        ]
+        for p in spec.get("ports") or []
+    ]
+    facts = {
+        "selector": spec.get("selector") or {},
+        "ports": ports,
+        "type": spec.get("type") or "ClusterIP",
+        "publishNotReady": bool(spec.get("publishNotReadyAddresses")),
+        "externalIPs": sorted(spec.get("externalIPs") or []),
+        "labels": {k: labels.get(k) for k in SERVICE_LABELS},
+    }
+    text = json.dumps(facts, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()

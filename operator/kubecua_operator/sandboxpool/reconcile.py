@@ -9,10 +9,11 @@ and at least every resync period; a prober task refreshes the probes beside it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
@@ -32,6 +33,7 @@ from kubecua_operator.sandboxpool.model import (
     Probe,
     Sandbox,
     Summary,
+    service_shape,
     summarize_object,
     summarize_pod,
 )
@@ -54,6 +56,9 @@ class PoolMemory:
     last_status: Obj | None = None
     taken: set[int] = field(default_factory=set)  # indexes whose names others' objects hold
     ghosts: set[str] = field(default_factory=set)  # uids the index has but the API does not
+    deleted: set[str] = field(default_factory=set)  # sandboxes (uids) this pool deleted
+    fetched: Obj | None = None  # the pool as read after an outage, while its watch lags
+    gone: bool = False  # the pool was found deleted (or replaced) by a read
     verified_epoch: int = -1  # apihealth epoch of the last re-list
     verified_at: float = 0.0
     kubevirt_checked_at: float = -1e9
@@ -156,19 +161,45 @@ def create_part(api: Kube, obj: Obj, pool_uid: str) -> str:
     return "exists"
 
 
+def restore_part(api: Kube, want: Obj, pool_uid: str) -> str:
+    """Put back what someone edited in a Service of this pool (selector, ports, labels: see
+    service_shape): "restored", or "exists" when there is nothing to do or it is not ours."""
+    meta = want["metadata"]
+    current = api.get(want["kind"], meta["namespace"], meta["name"])
+    if current is None or controller_uid(current) != pool_uid:
+        return "exists"
+    if service_shape(current) == service_shape(want):
+        return "exists"  # the index was behind
+    patch = children.service_restore_patch(current, want)
+    api.patch(want["kind"], meta["namespace"], meta["name"], patch)
+    log.warning("Service %s/%s was edited; restored", meta["namespace"], meta["name"])
+    return "restored"
+
+
+@functools.lru_cache(maxsize=8192)
+def sandbox_service_shape(pool: str, sandbox: str, uses_pods: bool) -> str:
+    """service_shape of a sandbox's Service as built (cached: every pass checks every one)."""
+    return service_shape(children.build_sandbox_service(pool, "", sandbox, selector=uses_pods))
+
+
 def service_jobs(
     api: Kube, body: Obj, kids: list[Summary], keep: set[int], uses_pods: bool
 ) -> list:
-    """Create a Service for every kept sandbox index; delete Services of indexes that are gone."""
+    """Create a Service for every kept sandbox index, restore one that was edited; delete
+    Services of indexes that are gone."""
     meta = body["metadata"]
     pool, ns = meta["name"], meta["namespace"]
     have = {s.name: s for s in kids if s.kind == "Service" and s.sandbox}
     jobs: list = []
     for index in sorted(keep):
         name = names.sandbox_name(pool, index)
-        if name not in have:
+        found = have.get(name)
+        if found is None:
             svc = children.build_sandbox_service(pool, ns, name, selector=uses_pods)
             jobs.append((index, create_part, api, adopt(svc, body), meta["uid"]))
+        elif not found.deleting and found.shape != sandbox_service_shape(pool, name, uses_pods):
+            svc = children.build_sandbox_service(pool, ns, name, selector=uses_pods)
+            jobs.append((index, restore_part, api, adopt(svc, body), meta["uid"]))
     for name, found in have.items():
         idx = names.sandbox_index(pool, name)
         if idx is not None and idx not in keep and not found.deleting:
@@ -184,21 +215,33 @@ def workload_jobs(api: Kube, body: Obj, backend: backends.Backend, step: plan.Pl
             jobs.append((index, create_part, api, adopt(obj, body), body["metadata"]["uid"]))
     for sandbox, _reason in step.delete:
         for i, (kind, name) in enumerate(backend.parts(sandbox.name)):
-            jobs.append((sandbox.index, api.delete, kind, ns, name, sandbox.uid if i == 0 else ""))
+            if i == 0:  # the sandbox's main object: its uid, and the pool remembers the delete
+                jobs.append((sandbox.index, delete_part, api, kind, ns, name, sandbox.uid))
+            else:
+                jobs.append((sandbox.index, api.delete, kind, ns, name, ""))
     return jobs
+
+
+def delete_part(api: Kube, kind: str, namespace: str, name: str, uid: str) -> str:
+    """Delete a sandbox's main object: "deleted" whether it was there or already gone."""
+    api.delete(kind, namespace, name, uid)
+    return "deleted"
 
 
 def repair_jobs(
     api: Kube, body: Obj, backend: backends.Backend, kids: list[Summary], memory: PoolMemory
 ) -> list:
     """Backend-specific fixes: external slices' readiness; a VM's lost episode-server pod or
-    desktop Service."""
+    desktop Service, and an edited desktop Service."""
     if isinstance(backend, ExternalBackend):
         return [(-1, api.apply, s) for s in backend.slice_updates(body, kids, memory.probes)]
     if isinstance(backend, KubevirtBackend):
         parts = backend.missing_parts(body, kids, settings_mod.get())
         uid = body["metadata"]["uid"]
-        return [(-1, create_part, api, adopt(obj, body), uid) for obj in parts]
+        edited = backend.edited_parts(body, kids)
+        return [(-1, create_part, api, adopt(obj, body), uid) for obj in parts] + [
+            (-1, restore_part, api, adopt(obj, body), uid) for obj in edited
+        ]
     return []
 
 
@@ -218,16 +261,34 @@ async def list_children(api: Kube, body: Obj) -> list[Summary]:
     )
 
 
+# (namespace, pool) -> when kopf last delivered a child from a list rather than a watch event
+LISTED: dict[tuple[str, str], float] = {}
+
+
+def child_listed(namespace: str, pool: str) -> None:
+    """kopf (re)started a watch of the pool's children with a list: after a 410 Gone, e.g. when
+    the API server restarted, or when a watch could not resume. Whatever was deleted before
+    that list stays in kopf's index, as a ghost the pool finds only by listing itself."""
+    LISTED[(namespace, pool)] = time.monotonic()
+
+
 async def observed_children(
     api: Kube, body: Obj, indexed: list[Summary], memory: PoolMemory
 ) -> list[Summary]:
-    """The pool's own children. From the indexes, except right after the API was unreachable
-    and every relist period: then from fresh lists, until the index holds everything a list
-    found (its watch has caught up). Whatever the index holds that a list lacks is a ghost
-    (deleted while the watch was down) and ignored from then on."""
+    """The pool's own children. From the indexes, except right after the API was unreachable,
+    after kopf re-listed any of them, and every relist period: then from fresh lists, until the
+    index holds what a list found, as the list found it (its watch has caught up). Whatever the
+    index holds that a list lacks is a ghost (deleted while the watch was down) and ignored
+    from then on."""
     cfg, now = settings_mod.get(), time.monotonic()
-    uid = body["metadata"]["uid"]
-    if memory.verified_epoch != HEALTH.epoch or now - memory.verified_at >= cfg.relist_seconds:
+    meta = body["metadata"]
+    uid = meta["uid"]
+    listed_at = LISTED.get((meta["namespace"], meta["name"]), -1.0)
+    if (
+        memory.verified_epoch != HEALTH.epoch
+        or listed_at >= memory.verified_at
+        or now - memory.verified_at >= cfg.relist_seconds
+    ):
         epoch = HEALTH.epoch
         listed = await list_children(api, body)
         view = compare_with_list(indexed, listed, uid, memory.ghosts)
@@ -257,12 +318,13 @@ def compare_with_list(
 ) -> ListedView:
     """Compare an index snapshot (taken before the list) with a fresh list of the children.
     A new ghost means the index missed a deletion: its watch may still be down, so it has not
-    caught up even if it holds everything listed."""
+    caught up even if it holds everything listed. So does a child the index holds in another
+    state than listed (say ready where the list says deleting)."""
     seen = {s.uid for s in listed}
     ghosts = {s.uid for s in indexed if s.uid not in seen}
     children = [s for s in listed if s.owner == owner]
-    in_index = {s.uid for s in indexed if s.owner == owner}
-    caught_up = ghosts <= known_ghosts and all(s.uid in in_index for s in children)
+    in_index = {s.uid: s for s in indexed if s.owner == owner}
+    caught_up = ghosts <= known_ghosts and all(in_index.get(s.uid) == s for s in children)
     return ListedView(children, ghosts, caught_up)
 
 
@@ -276,11 +338,46 @@ async def kubevirt_ready(api: Kube, memory: PoolMemory) -> bool:
     return memory.kubevirt_installed
 
 
+async def current_body(api: Kube, body: Obj, memory: PoolMemory) -> Obj | None:
+    """The pool as its watch last showed it, except after the API was unreachable: that watch
+    lags as the children's do, so the pool is read from the API, and a spec changed meanwhile
+    (a scale-in) does not wait for the watch. The newer spec (metadata.generation) wins until the
+    watch has caught up. None when the pool is gone or replaced: a watch that resumed with a
+    list (410 Gone) never tells of a deletion, so the loop must notice itself."""
+    meta = body["metadata"]
+    if memory.verified_epoch != HEALTH.epoch:
+        # A list, not a get: the operator may list and watch pools, not get them.
+        found = await call(
+            api.list, "SandboxPool", meta["namespace"], "", f"metadata.name={meta['name']}"
+        )
+        fresh = found[0] if found else None
+        if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+            memory.gone = True
+            return None
+        memory.fetched = fresh
+    fetched = memory.fetched
+    if fetched is not None and generation(fetched) > generation(body):
+        return fetched
+    memory.fetched = None
+    return body
+
+
+def generation(body: Obj) -> int:
+    return int(body["metadata"].get("generation") or 0)
+
+
 async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) -> None:
     api, cfg = kube(), settings_mod.get()
-    spec, meta = body["spec"], body["metadata"]
-    backend = backends.get(spec.get("backend", "pod"))
+    if memory.gone:
+        return  # deleted while the watch was down; a namesake gets a loop of its own
+    backend = backends.get(body["spec"].get("backend", "pod"))
     await ensure_shared(api, body, backend, memory)
+    current = await current_body(api, body, memory)
+    if current is None:
+        log.warning("pool %s/%s is gone", body["metadata"]["namespace"], body["metadata"]["name"])
+        return
+    body = current
+    spec, meta = body["spec"], body["metadata"]
     kids = await observed_children(api, body, indexed, memory)
     kubevirt = spec.get("backend") == "kubevirt"
     if kubevirt and not await kubevirt_ready(api, memory):
@@ -301,7 +398,8 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
         )  # fmt: skip
         kids += [x for x in (summarize_object("Service", d) for d in desktops)
                  if x.owner == meta["uid"]]  # fmt: skip
-    sandboxes = backend.observe(body, kids, memory.probes)
+    memory.deleted &= {k.uid for k in kids}  # forget deletes the view has seen through
+    sandboxes = mark_deleted(backend.observe(body, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     external = spec.get("backend") == "external"
     step = plan.make_plan(
@@ -325,6 +423,8 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
     jobs += repair_jobs(api, body, backend, kids, memory)
     results = await run_all(jobs, cfg.api_concurrency)
     created = outcome(results, step, memory)
+    # What this pass deleted is no longer ready, whatever the view (taken before) said.
+    sandboxes = mark_deleted(sandboxes, memory.deleted)
     new_status = status.compute_status(body, sandboxes, step, memory.issue, created)
     metrics.set_pool_sandboxes(
         meta["namespace"], meta["name"], status.count_states(sandboxes, step.leased)
@@ -333,10 +433,21 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
     await announce(api, body, created, step)
 
 
+def mark_deleted(sandboxes: list[Sandbox], deleted: set[str]) -> list[Sandbox]:
+    """Sandboxes this pool deleted count as terminating until the view shows them so (or gone):
+    while a watch is down the index would show them ready for as long, and the status with it."""
+    return [
+        replace(s, state=TERMINATING) if s.uid in deleted and s.state != TERMINATING else s
+        for s in sandboxes
+    ]
+
+
 def outcome(results: list[tuple[int, Any]], step: plan.Plan, memory: PoolMemory) -> int:
-    """Sandboxes really created this pass; remembers taken indexes and the API's refusal."""
+    """Sandboxes really created this pass; remembers taken indexes, the sandboxes deleted and
+    the API's refusal."""
     created: set[int] = set()
     refusal = ""
+    doomed = {s.index: s.uid for s, _reason in step.delete}
     for index, result in results:
         if isinstance(result, ApiException) and 400 <= (result.status or 0) < 500:
             refusal = refusal or api_message(result)
@@ -344,6 +455,8 @@ def outcome(results: list[tuple[int, Any]], step: plan.Plan, memory: PoolMemory)
             memory.taken.add(index)
         elif result == "created" and index in step.create:
             created.add(index)
+        elif result == "deleted" and doomed.get(index):
+            memory.deleted.add(doomed[index])
     memory.issue = (
         ("SandboxesRefused", f"the API server refused a sandbox: {refusal}") if refusal else None
     )
@@ -438,4 +551,5 @@ async def run_pool_loop(live: Any, indexes: list[kopf.Index]) -> None:
     finally:
         poller.cancel()
         wakeups.forget(key)
+        LISTED.pop((meta["namespace"], meta["name"]), None)
         metrics.forget_pool(meta["namespace"], meta["name"])

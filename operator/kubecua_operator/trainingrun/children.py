@@ -222,6 +222,7 @@ def build_sglang(run: Obj, settings: Settings) -> list[Obj]:
             "template": {
                 "metadata": {"labels": names.run_labels(run["metadata"]["name"], "sglang")},
                 "spec": {
+                    "automountServiceAccountToken": False,  # sglang never calls the API
                     "containers": [container],
                     "volumes": [*_model_volumes(spec), _checkpoint_volume(spec, read_only=True)],
                 },

@@ -1,11 +1,17 @@
-"""Embedded engine: transformers generate() on the learner's own module (no weight sync).
+"""Embedded engine: generation on the learner's own module (no weight sync).
 
-Concurrent generate() calls from many episodes are queued and served in batches by one worker
-thread, so the event loop never blocks and the model sees batch > 1 (on an H100, batch 8 gave ~7x
-the tokens/s of batch 1: 95 against 13 tok/s, 3B shape, one 720p image, 2026-11-21). Requests
-with different sampling parameters go in different batches. Behaviour log-probs are recorded
-inside generate() by a logits processor that keeps only the current step's (batch, vocab)
-log-probs, never all steps' logits.
+Concurrent generate() calls from many episodes are served by one worker thread, so the event loop
+never blocks and the model sees batch > 1. Two paths:
+- continuous (the default, what the trainer uses): engines/continuous.py. A request joins the
+  running batch at the next decode step and leaves when it finishes; the KV of a finished turn is
+  kept, so the next turn of the same episode prefills only its new tokens (one screenshot and one
+  user turn instead of the whole history). Rows may have different sampling parameters.
+- static (continuous=False): the earlier path, kept as the reference the benchmark compares with.
+  Queued requests with the same SamplingParams form one batch for transformers generate(), which
+  recomputes each prompt in full; a new request waits until the batch has finished. On an H100,
+  batch 8 gave ~7x the tokens/s of batch 1 (95 against 13 tok/s, 3B shape, one 720p image,
+  2026-11-21). Behaviour log-probs are recorded inside generate() by a logits processor that
+  keeps only the current step's (batch, vocab) log-probs, never all steps' logits.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +30,7 @@ from PIL import Image
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
+from kubecua_trainer.engines.continuous import ContinuousBatcher, EngineRecord, _Seq
 from kubecua_trainer.model import Policy
 
 log = logging.getLogger(__name__)
@@ -90,17 +98,51 @@ class _RecordLogprobs(LogitsProcessor):
 
 
 class HFEngine:
-    """Batches concurrent requests onto the shared policy module in a worker thread."""
+    """Serves concurrent requests on the shared policy module from a worker thread.
 
-    def __init__(self, policy: Policy, max_batch_size: int = 16):
+    continuous=True: continuous batching with KV reuse (cache_bytes and cache_sequences bound the
+    stored KV; hold_seconds is the longest stretch the worker holds policy.lock, so a learner step
+    waits at most that long). seed: a private sampling generator (default: torch's global RNG).
+    cuda_graphs: replay the decode step from CUDA graphs (CUDA only; keeps a bf16 copy of the
+    text model's Linear weights under bf16 autocast: about 6 GB for a 3B model).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        max_batch_size: int = 16,
+        continuous: bool = True,
+        cache_bytes: int = 4 << 30,
+        cache_sequences: int = 256,
+        hold_seconds: float = 0.25,
+        seed: int | None = None,
+        cuda_graphs: bool = False,
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.policy = policy
         self.max_batch_size = max_batch_size
+        self.continuous = continuous
         self._queue: queue.Queue[_Request | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, name="hf-engine", daemon=True)
-        self._thread.start()
-        self.batch_sizes: list[int] = []  # observed batch sizes, for metrics and tests
+        self.batch_sizes: list[int] = []  # requests batched (static) or admitted together
         self.tokens_generated = 0  # with busy_seconds: the engine tokens/s metric
         self.busy_seconds = 0.0
+        self.records: deque[EngineRecord] = deque(maxlen=100_000)  # continuous: one per request
+        self._forget = threading.Event()
+        self._arrivals = 0
+        self.batcher: ContinuousBatcher | None = None
+        if continuous:
+            generator = None
+            if seed is not None:
+                generator = torch.Generator(device=policy.device).manual_seed(seed)
+            self.batcher = ContinuousBatcher(
+                policy, max_batch_size, cache_bytes, cache_sequences, hold_seconds, generator,
+                self._finished, cuda_graphs,
+            )  # fmt: skip
+            self.batch_sizes = self.batcher.admissions
+        target = self._serve_continuous if continuous else self._serve
+        self._thread = threading.Thread(target=target, name="hf-engine", daemon=True)
+        self._thread.start()
 
     async def generate(
         self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
@@ -117,9 +159,76 @@ class HFEngine:
     async def update_weights(self, step: int, checkpoint_dir: str | None) -> None:
         """No-op: the engine generates with the learner's own parameters."""
 
+    def forget_cache(self) -> None:
+        """Free the stored KV once the engine is idle (e.g. before a learner step whose episodes
+        are all finished, when no stored turn will be continued); the next idle check does it."""
+        self._forget.set()
+
     async def close(self) -> None:
         self._queue.put(None)
         await asyncio.to_thread(self._thread.join)
+
+    # -- continuous path ---------------------------------------------------------------------
+
+    def _seq(self, req: _Request) -> _Seq:
+        rec = EngineRecord(request=self._arrivals, prompt_tokens=len(req.prompt_ids))
+        self._arrivals += 1
+        self.records.append(rec)
+        return _Seq(req, rec, [])
+
+    def _finished(self, seq: _Seq, gen: Generation) -> None:
+        self.tokens_generated += len(gen.token_ids)
+        seq.req.resolve(gen)
+
+    def _serve_continuous(self) -> None:
+        b = self.batcher
+        assert b is not None
+        pending: deque[_Seq] = deque()
+        closing = False
+
+        def drain() -> None:
+            nonlocal closing
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    return
+                if item is None:
+                    closing = True
+                else:
+                    pending.append(self._seq(item))
+
+        while True:
+            if not pending and not b.rows:
+                if closing:
+                    return
+                try:
+                    item = self._queue.get(timeout=0.1 if self._forget.is_set() else 1.0)
+                except queue.Empty:
+                    forget = self._forget.is_set()
+                    self._forget.clear()
+                    b.idle(forget)  # free KV the learner may need
+                    continue
+                if item is None:
+                    closing = True
+                    continue
+                pending.append(self._seq(item))
+            drain()
+            if closing:  # finish what runs, refuse what waits
+                for seq in pending:
+                    seq.req.resolve(EngineError("hf engine closed"))
+                pending.clear()
+            start = time.perf_counter()
+            try:
+                b.round(pending, drain)
+            except Exception as exc:  # e.g. out of memory: fail what ran, keep serving
+                log.exception("hf engine decode step failed")
+                for seq in b.fail_running():
+                    seq.req.resolve(exc if isinstance(exc, EngineError) else EngineError(str(exc)))
+            self.busy_seconds += time.perf_counter() - start
+            time.sleep(0)  # let a thread waiting for policy.lock (the learner) take it
+
+    # -- static path -------------------------------------------------------------------------
 
     def _serve(self) -> None:
         pending: list[_Request] = []

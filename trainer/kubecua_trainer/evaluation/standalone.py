@@ -10,7 +10,9 @@ evaluation (evaluations/step-0000/ under --output-dir). In a cluster, a Training
 `steps: 0` is the same job. A checkpoint directory (checkpoint.py) is an HF model directory
 and loads as is. Sandboxes: --local N desktops started here, --urls of episode servers, or
 --pool NAME --namespace NS (a SandboxPool, through the kubeconfig); --token-file is the bearer
-token of --urls / --pool (local desktops make their own).
+token of --urls / --pool (local desktops make their own). --spec MANIFEST evaluates as that
+TrainingRun does: its spec.evaluation (tasks, episodes, sampling, turns), rollout (pixels,
+screenshots kept, system prompt) and maxNewTokens; flags given as well override them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kubecua_trainer.config import API_VERSION, KIND, ConfigError, TrainingRun, parse_training_run
+from kubecua_trainer.config import (
+    API_VERSION,
+    KIND,
+    ConfigError,
+    TrainingRun,
+    load_manifest,
+    parse_training_run,
+)
 
 # spec fields the flags set, to name the flag in a validation error
 FLAGS = {
@@ -29,6 +38,7 @@ FLAGS = {
     "spec.evaluation.temperature": "--temperature",
     "spec.evaluation.maxTurns": "--max-turns",
     "spec.rollout.maxPixels": "--max-pixels",
+    "spec.rollout.systemPrompt": "--system-prompt",
     "spec.algorithm.maxNewTokens": "--max-new-tokens",
     "spec.sandboxes.local.replicas": "--local",
     "spec.sandboxes.urls": "--urls",
@@ -39,7 +49,8 @@ FLAGS = {
 def add_parser(sub: Any) -> None:
     ev = sub.add_parser("evaluate", help="evaluate a model or checkpoint on held-out tasks")
     ev.add_argument("model", help="HF model directory or checkpoint (checkpoints/step-NNNNNNNN)")
-    ev.add_argument("--tasks", required=True, help="OSWorld task file or folder")
+    ev.add_argument("--spec", help="a TrainingRun manifest: evaluate as its run does")
+    ev.add_argument("--tasks", help="OSWorld task file or folder (default: --spec's)")
     ev.add_argument("--ids", nargs="+", help="only these task ids, in this order")
     where = ev.add_mutually_exclusive_group(required=True)
     where.add_argument("--local", type=int, metavar="N", help="start N local desktops")
@@ -47,11 +58,14 @@ def add_parser(sub: Any) -> None:
     where.add_argument("--pool", metavar="NAME", help="a SandboxPool (needs --namespace)")
     ev.add_argument("--namespace", help="namespace of --pool")
     ev.add_argument("--token-file", help="sandbox bearer token file (--urls, --pool)")
-    ev.add_argument("--episodes-per-task", type=int, default=1, metavar="K")
-    ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ev.add_argument("--episodes-per-task", type=int, metavar="K", help="default 1")
+    ev.add_argument("--temperature", type=float, help="0 = greedy (default)")
     ev.add_argument("--max-turns", type=int, help="default: the algorithm's (15)")
     ev.add_argument("--max-new-tokens", type=int, help="tokens per reply (default 256)")
     ev.add_argument("--max-pixels", type=int, help="pixel cap per screenshot")
+    ev.add_argument(
+        "--system-prompt", help="the agent's system prompt (spec.rollout.systemPrompt's rules)"
+    )
     ev.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     ev.add_argument("--output-dir", required=True, help="where evaluations/ is written")
     ev.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
@@ -66,33 +80,42 @@ def evaluation_run(args: argparse.Namespace) -> TrainingRun:
             f"--output-dir: {out} holds a training run's checkpoints, which a run there would "
             "resume instead of evaluating MODEL: choose another folder"
         )
-    tasks_path = Path(args.tasks).resolve()
-    if not tasks_path.exists():
-        raise ConfigError(f"--tasks: {args.tasks} does not exist")
-    tasks: dict[str, Any] = {"path": str(tasks_path)}
+    evaluation, rollout, algorithm = _from_spec(args.spec) if args.spec else ({}, {}, {})
+    if args.tasks is not None:
+        tasks_path = Path(args.tasks).resolve()
+        if not tasks_path.exists():
+            raise ConfigError(f"--tasks: {args.tasks} does not exist")
+        evaluation["tasks"] = {"path": str(tasks_path)}
+    if "tasks" not in evaluation:
+        raise ConfigError("--tasks: give the held-out tasks (or --spec, a TrainingRun's manifest)")
     if args.ids:
-        tasks["ids"] = args.ids
-    evaluation: dict[str, Any] = {
-        "tasks": tasks,
-        "episodesPerTask": args.episodes_per_task,
-        "temperature": args.temperature,
-    }
-    if args.max_turns is not None:
-        evaluation["maxTurns"] = args.max_turns
+        evaluation["tasks"] = {**evaluation["tasks"], "ids": args.ids}
+    for key, flag in (
+        ("episodesPerTask", args.episodes_per_task),
+        ("temperature", args.temperature),
+        ("maxTurns", args.max_turns),
+    ):
+        if flag is not None:
+            evaluation[key] = flag
+    evaluation.setdefault("temperature", 0.0)
+    if args.max_pixels is not None:
+        rollout["maxPixels"] = args.max_pixels
+    if args.system_prompt is not None:
+        rollout["systemPrompt"] = args.system_prompt
+    if args.max_new_tokens is not None:
+        algorithm["maxNewTokens"] = args.max_new_tokens
     spec: dict[str, Any] = {
         "model": {"path": str(model)},
         "sandboxes": _sandboxes(args),
-        "tasks": tasks,  # required by the schema; a run of 0 steps trains on nothing
+        "tasks": evaluation["tasks"],  # required by the schema; 0 steps train on nothing
         "evaluation": evaluation,
+        "rollout": rollout,
+        "algorithm": algorithm,
         "steps": 0,
         "seed": args.seed,
         "outputDir": str(out),
         "metrics": {"port": args.metrics_port},
     }
-    if args.max_pixels is not None:
-        spec["rollout"] = {"maxPixels": args.max_pixels}
-    if args.max_new_tokens is not None:
-        spec["algorithm"] = {"maxNewTokens": args.max_new_tokens}
     metadata: dict[str, Any] = {"name": f"evaluate-{model.name}"}
     if args.namespace:
         metadata["namespace"] = args.namespace
@@ -104,6 +127,27 @@ def evaluation_run(args: argparse.Namespace) -> TrainingRun:
         for field, flag in FLAGS.items():
             text = text.replace(field, flag)
         raise ConfigError(text) from None
+
+
+# What --spec takes from a manifest: how its run evaluates, never what it trains or where.
+_ROLLOUT_KEYS = ("maxPixels", "keepScreenshots", "systemPrompt", "episodeTimeoutSeconds")
+
+
+def _from_spec(path: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(evaluation, rollout, algorithm) fields of a manifest's spec, as camelCase dicts."""
+    try:
+        spec = load_manifest(path).spec
+    except ConfigError as err:
+        raise ConfigError(f"--spec: {err}") from None
+    if spec.evaluation is None:
+        raise ConfigError(f"--spec: {path} has no spec.evaluation to evaluate as; give --tasks")
+    evaluation = spec.evaluation.model_dump(by_alias=True, exclude_none=True)
+    evaluation.pop("everySteps", None)
+    evaluation.pop("atStart", None)
+    evaluation.setdefault("maxTurns", spec.algorithm.max_turns)  # the run's fallback too
+    rollout = spec.rollout.model_dump(by_alias=True, exclude_none=True)
+    algorithm = {"maxNewTokens": spec.algorithm.max_new_tokens}
+    return evaluation, {k: rollout[k] for k in _ROLLOUT_KEYS if k in rollout}, algorithm
 
 
 def _model_dir(given: str) -> Path:

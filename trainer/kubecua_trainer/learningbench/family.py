@@ -5,6 +5,7 @@ reward of a reply (would this action solve the instance on the desktop?)."""
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ _COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "pink", "brown
 _THINGS = ["apple", "banana", "cherry", "grape", "lemon", "mango", "melon", "peach", "pear", "plum"]
 WARMUP_IDS = [f"typeword-{_COLOURS[c]}-{_THINGS[c + d]}" for c in range(8) for d in (0, 1)]
 WARMUP_INSTANCES = len(WARMUP_IDS)
+# The runs' system prompt (spec.rollout.systemPrompt): the first line of the agent's own. With
+# the whole 175-token prompt, the 2-layer model must find the words past it, and its warm-up
+# stayed on a memorising plateau; with this one it learns to copy them (docs/benchmarks.md).
+BENCH_PROMPT = "You control a Linux desktop with mouse and keyboard to complete a task."
 
 
 def load_split(split: str, family: Path = FAMILY) -> list[dict[str, Any]]:
@@ -94,6 +99,11 @@ def typed_text(reply: str) -> str | None:
     return "".join(typed) if typed else None
 
 
-def offline_reward(task: dict[str, Any], reply: str) -> float:
-    """1.0 when the reply types exactly the instance's word (the desktop's check), else 0.0."""
-    return 1.0 if typed_text(reply) == word_of(task) else 0.0
+def offline_reward(task: dict[str, Any], reply: str, fuzzy: bool = False) -> float:
+    """The desktop's check of what the reply would type: exact (1.0 or 0.0), or with `fuzzy` the
+    similarity 2*matches/(len(typed)+len(expected)), the formula of desktop-env's fuzzy_match
+    (rapidfuzz's ratio; difflib's blocks can differ from it by a character on odd strings)."""
+    typed, expected = typed_text(reply), word_of(task)
+    if not fuzzy:
+        return 1.0 if typed == expected else 0.0
+    return difflib.SequenceMatcher(None, typed or "", expected).ratio()

@@ -30,6 +30,7 @@ from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.learningbench.family import (
+    BENCH_PROMPT,
     load_split,
     offline_reward,
     reference_reply,
@@ -46,15 +47,25 @@ from kubecua_trainer.warmup.sft import warmup_optimizer
 class Offline:
     """One policy, its engine and learner, and the fixed screenshot every prompt shows."""
 
-    def __init__(self, model: str, screenshot: Image.Image, algo: AlgorithmConfig, pixels: int):
+    def __init__(
+        self,
+        model: str,
+        screenshot: Image.Image,
+        algo: AlgorithmConfig,
+        pixels: int,
+        system: str | None = BENCH_PROMPT,
+    ):
         self.policy: Policy = load_policy(model, dtype="float32", device="cpu")
         self.engine = HFEngine(self.policy)
         self.learner = Learner(self.policy, algo)
         self.algo, self.pixels = algo, pixels
+        self.fuzzy = False
+        self.eval_temperature, self.eval_episodes = 0.0, 1
+        self.system = system  # None: the agent's whole prompt
         self.image = fit_image(screenshot, self.policy, pixels)
 
     def conversation(self, task: dict[str, Any]) -> Conversation:
-        conv = Conversation(self.policy, system_prompt(*self.image.size), self.pixels)
+        conv = Conversation(self.policy, system_prompt(*self.image.size, self.system), self.pixels)
         conv.add_user(first_user_text(task["instruction"]), self.image)
         return conv
 
@@ -74,15 +85,18 @@ class Offline:
         gen = await self.engine.generate(ids, images, sampling)
         reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         conv.add_generation(gen)
-        reward = offline_reward(task, reply)
+        reward = offline_reward(task, reply, self.fuzzy)
         sample = conv.to_sample()
         sample.reward = reward
         return reward, sample, reply
 
     async def success(self, tasks: list[dict[str, Any]]) -> float:
-        """Greedy success rate over the tasks (one episode each: greedy is deterministic)."""
-        results = await asyncio.gather(*(self.play(t, 0.0) for t in tasks))
-        return sum(r for r, _, _ in results) / len(tasks)
+        """Success rate over the tasks at the evaluation temperature (greedy: one episode each,
+        it is deterministic; sampled: `eval_episodes` each)."""
+        n = 1 if self.eval_temperature == 0.0 else self.eval_episodes
+        plays = [self.play(t, self.eval_temperature) for t in tasks for _ in range(n)]
+        results = await asyncio.gather(*plays)
+        return sum(r >= 1.0 for r, _, _ in results) / len(results)
 
     def warm_up(self, tasks: list[dict[str, Any]], cfg: WarmupConfig, seed: int) -> None:
         optimizer = warmup_optimizer(self.learner, cfg.learning_rate)
@@ -109,9 +123,14 @@ class Offline:
                 group.episodes.append(result)
             groups.append(group)
         batch = assemble_batch(groups, self.algo, None)
+        stats = batch.stats()
+        print(
+            f"    mean reward {stats['reward_mean']:.3f}, samples {stats['samples']:.0f}",
+            flush=True,
+        )
         if batch.samples:
             self.learner.step(batch.samples)
-        return batch.stats()["success_rate"]
+        return stats["success_rate"]
 
 
 async def one_seed(args: argparse.Namespace, seed: int, lr: float) -> dict[str, Any]:
@@ -125,9 +144,12 @@ async def one_seed(args: argparse.Namespace, seed: int, lr: float) -> dict[str, 
             "learningRate": lr,
             "maxNewTokens": 16,
             "temperature": args.temperature,
+            "entropyCoef": args.entropy_coef,
         }
     )
     off = Offline(args.model, Image.open(args.screenshot), algo, args.max_pixels)
+    off.fuzzy, off.system = args.fuzzy, args.system or None
+    off.eval_temperature, off.eval_episodes = args.eval_temperature, args.eval_episodes
     warm = WarmupConfig.model_validate(
         {
             "demonstrations": "-",
@@ -174,6 +196,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup-epochs", type=int, default=10)
     p.add_argument("--warmup-batch", type=int, default=2)
     p.add_argument("--max-pixels", type=int, default=12544)
+    p.add_argument("--system", default=BENCH_PROMPT, help="system prompt ('': the agent's own)")
+    p.add_argument("--entropy-coef", type=float, default=0.0)
+    p.add_argument("--eval-temperature", type=float, default=0.0)
+    p.add_argument("--eval-episodes", type=int, default=1, help="per task when sampled")
+    p.add_argument("--fuzzy", action="store_true", help="train on desktop-env fuzzy_match rewards")
     p.add_argument("--control", action="store_true", help="also run seed 0 at learning rate 1e-30")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)

@@ -34,7 +34,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 
 from kubecua_trainer.learningbench import family, plot
-from kubecua_trainer.learningbench.family import FAMILY, WARMUP_IDS, load_split
+from kubecua_trainer.learningbench.family import BENCH_PROMPT, FAMILY, WARMUP_IDS, load_split
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import LocalSource
 from kubecua_trainer.testing import tiny_models
@@ -59,6 +59,7 @@ RECIPE: dict[str, Any] = {
     # larger image only dilutes the attention the copy has to learn (offline.py measured it).
     "rollout": {
         "engine": "hf",
+        "systemPrompt": BENCH_PROMPT,
         "maxPixels": 784,
         "keepScreenshots": 1,
         "episodeTimeoutSeconds": 120,
@@ -196,6 +197,22 @@ def collect(out_dir: Path, seconds: float) -> dict[str, Any]:
     }
 
 
+async def untrained(ctx: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The held-out figure of the model before any training (the `evaluate` command, greedy)."""
+    run_dir = out / "untrained"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    argv = ["evaluate", str(ctx["model"]), "--tasks", str(FAMILY / "heldout")]
+    argv += ["--ids", *ctx["heldout_ids"]] if ctx["heldout_ids"] else []
+    argv += ["--urls", *ctx["urls"], "--token-file", os.environ["KUBECUA_SANDBOX_TOKEN_FILE"]]
+    argv += ["--max-turns", "1", "--max-new-tokens", str(RECIPE["algorithm"]["maxNewTokens"])]
+    argv += ["--max-pixels", str(RECIPE["rollout"]["maxPixels"])]
+    argv += ["--system-prompt", BENCH_PROMPT, "--output-dir", str(run_dir), "--no-progress"]
+    await _python(argv, run_dir / "evaluate.log")
+    summary = json.loads((run_dir / "evaluations/step-0000/summary.json").read_text())
+    return {"success": summary["success_rate"], "episodes": summary["scored"]}
+
+
 async def one_run(name: str, seed: int, lr: float, ctx: dict[str, Any], out: Path) -> dict:
     spec = manifest(
         name, seed, lr, ctx["model"], ctx["demos"], ctx["urls"], ctx["steps"], ctx["heldout_ids"]
@@ -246,6 +263,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             "heldout_ids": heldout[: args.heldout] if args.heldout else None,
         }
         setup = time.monotonic() - t0
+        before = await untrained(ctx, out)
         seeds = [
             await one_run(f"seed-{s}", s, RECIPE["algorithm"]["learningRate"], ctx, out)
             for s in args.seeds
@@ -264,6 +282,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         },
         "model": str(ctx["model"]),
         "recipe": {**RECIPE, "steps": args.steps, "desktops": args.desktops},
+        "heldout_untrained": before,
         "seeds": seeds,
         "control": control,
         "verdict": verdict(seeds, control),

@@ -1,6 +1,7 @@
-"""The last lines of `make demo`: held-out success before and after training, each with the
-number of episodes behind it, and where the curves and the report are. Reads what the run wrote
-(<out>/evaluations/history.jsonl, one line per evaluated step); prints nothing it did not find.
+"""The last lines of `make demo`: held-out success untrained, after the warm-up and after GRPO,
+each with the number of episodes behind it, and where the curves and the report are. Reads what
+the run wrote (<out>/evaluations/history.jsonl, one line per evaluated step, and the same under
+<out>/untrained); prints nothing it did not find.
 
     .venv/bin/python -m kubecua_trainer.learningbench.summary ../out/demo
 """
@@ -39,13 +40,26 @@ def line(e: dict[str, Any]) -> str:
     )
 
 
-def summary(out: Path) -> list[str]:
+def history(out: Path) -> list[dict[str, Any]]:
     path = out / "evaluations" / "history.jsonl"
     if not path.exists():
-        return [f"no evaluation found ({path} is missing)"]
-    evals = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def summary(out: Path) -> list[str]:
+    """The untrained model's figure (<out>/untrained, when `make demo` evaluated it), then the
+    run's first evaluation (after the warm-up) and its last."""
+    evals = history(out)
+    if not evals:
+        return [f"no evaluation found ({out / 'evaluations/history.jsonl'} is missing)"]
     lines = ["held-out success (tasks never trained on, greedy):"]
-    lines += [f"  {line(e)}" for e in (evals[0], evals[-1])] if len(evals) > 1 else [line(evals[0])]
+    untrained = history(out / "untrained")
+    if untrained:
+        lines.append(f"  untrained model: {line(untrained[0]).split(': ', 1)[1]}")
+    labels = ["after the warm-up" if evals[0]["step"] == 0 else "first evaluation", "after GRPO"]
+    shown = (evals[0], evals[-1]) if len(evals) > 1 else (evals[0],)
+    lines += [f"  {labels[i]}, {line(e)}" for i, e in enumerate(shown)]
     for name in ("curves.png", "report.html"):
         if (out / name).exists():
             lines.append(f"{name.split('.')[0]}: {out / name}")

@@ -18,7 +18,15 @@ from kubecua_operator.sandboxpool.backends.pod import (
     security_context,
     token_volume,
 )
-from kubecua_operator.sandboxpool.model import FAILED, PENDING, TERMINATING, Probe, Sandbox, Summary
+from kubecua_operator.sandboxpool.model import (
+    FAILED,
+    PENDING,
+    TERMINATING,
+    Probe,
+    Sandbox,
+    Summary,
+    service_shape,
+)
 from kubecua_operator.settings import Settings
 
 FAILED_VM_STATES = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "DataVolumeError"}
@@ -30,10 +38,13 @@ def build_vm(pool: Obj, index: int) -> Obj:
     kv = spec["desktop"]["kubevirt"]
     name = names.sandbox_name(meta["name"], index)
     labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "vm"}
+    # KubeVirt copies the template's labels onto its launcher pod, which KubeVirt makes and
+    # shapes: without the managed-by label the chart's guard on the operator's pods skips it.
+    launcher = {k: v for k, v in labels.items() if k not in names.MANAGED_BY}
     vm_spec: Obj = {
         "runStrategy": "Always",
         "template": {
-            "metadata": {"labels": labels},
+            "metadata": {"labels": launcher},
             "spec": {
                 "domain": {
                     "cpu": {"cores": kv.get("cpu", 4)},
@@ -196,4 +207,19 @@ class KubevirtBackend:
                 out.append(build_episode_pod(pool, index, settings))
             if f"{vm.name}-desktop" not in services:
                 out.append(build_desktop_service(pool, index))
+        return out
+
+    def edited_parts(self, pool: Obj, children: list[Summary]) -> list[Obj]:
+        """Desktop Services of live VMs whose selector, ports or labels someone edited, rebuilt
+        to be restored; `children` must include the pool's `<sandbox>-desktop` Services."""
+        shapes = {c.name: c.shape for c in children if c.kind == "Service" and not c.deleting}
+        out = []
+        for vm in children:
+            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
+            if vm.kind != "VirtualMachine" or index is None or vm.deleting:
+                continue
+            want = build_desktop_service(pool, index)
+            shape = shapes.get(want["metadata"]["name"])
+            if shape is not None and shape != service_shape(want):
+                out.append(want)
         return out

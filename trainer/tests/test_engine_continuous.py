@@ -1,0 +1,292 @@
+"""The embedded engine's continuous batching and KV reuse (engines/continuous.py): mid-batch
+arrivals join without waiting, and reusing the KV of earlier turns gives the same ids and
+behaviour log-probs as recomputing every prompt, greedy and seeded, also when a screenshot is
+dropped or changed, and never across a weight change. Every test runs on the CPU, and on CUDA in
+fp32 where there is a GPU (the GPU machine runs this file alone: `pytest --noconftest`)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from kubecua_trainer.engines.base import Generation, SamplingParams
+from kubecua_trainer.engines.continuous import EngineRecord
+from kubecua_trainer.engines.hf import HFEngine
+from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.model import Policy, load_policy
+from kubecua_trainer.testing.images import screenshot
+from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.tokens import Conversation, build_turn_prompt
+
+MAX_PIXELS = 56 * 56 * 4
+TURNS = 3
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Own copy of conftest's fixture, so that the file runs alone with `pytest --noconftest`."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-engine"), "qwen2_5_vl")
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=GPU)])
+def policy(request: pytest.FixtureRequest, tiny_model_dir: Path) -> Policy:
+    """A fresh tiny Qwen2.5-VL in fp32, on the CPU and on CUDA."""
+    return load_policy(str(tiny_model_dir), dtype="float32", device=request.param)
+
+
+def _sampling(policy: Policy, **kw: object) -> SamplingParams:
+    im_end = policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return SamplingParams(**{"max_new_tokens": 8, "stop_token_ids": (im_end,), **kw})  # type: ignore[arg-type]
+
+
+def _conversation(policy: Policy, first: int = 0) -> Conversation:
+    conv = Conversation(policy, "sys", MAX_PIXELS)
+    conv.add_user("task", screenshot(first, (150, 120)))
+    return conv
+
+
+async def _trajectory(engine: HFEngine, policy: Policy, sampling: SamplingParams) -> Conversation:
+    """TURNS turns of one episode, each prompt extending the last (trajectory mode)."""
+    conv = _conversation(policy)
+    for turn in range(TURNS):
+        if turn:
+            conv.add_user(f"turn {turn}", screenshot(turn, (150, 120)))
+        conv.add_generation(await engine.generate(*conv.prompt(), sampling))
+    return conv
+
+
+def _generated(conv: Conversation) -> tuple[list[int], torch.Tensor]:
+    sample = conv.to_sample()
+    return sample.input_ids[sample.loss_mask].tolist(), sample.behaviour_logprobs[sample.loss_mask]
+
+
+def test_request_arriving_mid_batch_joins_at_the_next_step(policy: Policy) -> None:
+    long = SamplingParams(max_new_tokens=200)  # no stop ids: runs all 200 steps
+    greedy = _sampling(policy, temperature=0.0, max_new_tokens=4, stop_token_ids=())
+
+    async def run() -> tuple[list[Generation], Generation]:
+        engine = HFEngine(policy)
+        assert engine.batcher is not None
+        first = asyncio.create_task(engine.generate(*_conversation(policy).prompt(), long))
+        # The condition lives in the engine's thread: poll it until the first request decodes.
+        while engine.batcher.steps < 3:  # noqa: ASYNC110
+            await asyncio.sleep(0.002)
+        second = await engine.generate(*_conversation(policy, 5).prompt(), greedy)
+        assert not first.done()  # served while the first is still decoding
+        both = [await first, second]
+        alone = await engine.generate(*_conversation(policy, 5).prompt(), greedy)
+        await engine.close()
+        a, b, c = engine.records
+        assert (a.join_step, a.finish_step, a.new_tokens) == (0, 199, 200)
+        assert 3 <= b.join_step < a.finish_step  # joined the running batch, did not wait
+        assert b.running_at_join == 1
+        assert b.finish_step == b.join_step + 3  # 4 ids: one from its prefill, 3 decode steps
+        assert c.running_at_join == 0
+        assert c.join_step >= a.finish_step
+        return both, alone
+
+    (long_gen, together), alone = asyncio.run(run())
+    assert (len(long_gen.token_ids), long_gen.finish_reason) == (200, "length")
+    # A greedy row decoded beside another (padding, a different temperature) equals it alone.
+    assert together.token_ids == alone.token_ids
+    assert torch.allclose(torch.tensor(together.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_kv_reuse_equals_full_recompute(policy: Policy, temperature: float) -> None:
+    """3 turns with a screenshot each: greedy, and sampling from one seed (top-p 0.9)."""
+    sampling = _sampling(policy, temperature=temperature, top_p=0.9 if temperature else 1.0)
+
+    async def run(**kw: Any) -> tuple[Conversation, list[EngineRecord]]:
+        engine = HFEngine(policy, seed=7, **kw)
+        conv = await _trajectory(engine, policy, sampling)
+        await engine.close()
+        return conv, list(engine.records)
+
+    reused, records = asyncio.run(run())
+    full, full_records = asyncio.run(run(cache_sequences=0))
+    ids, logprobs = _generated(reused)
+    full_ids, full_logprobs = _generated(full)
+    assert ids == full_ids
+    assert torch.allclose(logprobs, full_logprobs, atol=1e-5), (
+        (logprobs - full_logprobs).abs().max()
+    )
+    # Turn k reuses the whole earlier context (all but the last sampled id, which was never fed
+    # back) and encodes only its own screenshot; the recompute prefills and encodes everything.
+    for turn, (r, f) in enumerate(zip(records, full_records, strict=True)):
+        assert r.prompt_tokens == f.prompt_tokens == f.prefilled_tokens
+        assert (f.reused_tokens, f.images_encoded) == (0, turn + 1)
+        assert r.images_encoded == 1
+        if turn:
+            before = records[turn - 1]
+            assert r.reused_tokens == before.prompt_tokens + before.new_tokens - 1
+            assert r.prefilled_tokens == r.prompt_tokens - r.reused_tokens
+    if temperature == 0.0:  # the static generate() path agrees token for token
+        static, _ = asyncio.run(run(continuous=False))
+        assert _generated(static)[0] == ids
+    else:  # and the learner recomputes the behaviour log-probs from the sampled ids
+        sample = reused.to_sample()
+        with torch.no_grad():
+            logp, _ = token_logprobs(policy, sample, temperature=temperature)
+        logp, logprobs = logp.cpu(), logprobs.cpu()
+        assert torch.allclose(logp, logprobs, atol=1e-4), (logp - logprobs).abs().max()
+
+
+def test_dropped_screenshot_reuses_only_the_common_prefix(policy: Policy) -> None:
+    """perTurn prompts keeping 1 screenshot: turn 2 drops turn 1's screenshot, so the stored KV
+    is valid only up to where that screenshot was; the rest is prefilled anew."""
+    sampling = _sampling(policy, temperature=0.0)
+
+    async def run(**kw: Any) -> tuple[list[Generation], list[EngineRecord]]:
+        engine = HFEngine(policy, **kw)
+        history: list[Any] = []
+        gens = []
+        for turn in range(TURNS):
+            history.append((f"turn {turn}", screenshot(turn, (150, 120)), None))
+            conv = build_turn_prompt(policy, "sys", history, 1, MAX_PIXELS)
+            gen = await engine.generate(*conv.prompt(), sampling)
+            gens.append(gen)
+            history[-1] = (history[-1][0], history[-1][1], f"reply {turn}")
+        await engine.close()
+        return gens, list(engine.records)
+
+    gens, records = asyncio.run(run())
+    full, _ = asyncio.run(run(cache_sequences=0))
+    for g, f in zip(gens, full, strict=True):
+        assert g.token_ids == f.token_ids
+        assert max(abs(a - b) for a, b in zip(g.logprobs, f.logprobs, strict=True)) < 1e-5
+    for turn in (1, 2):
+        r, before = records[turn], records[turn - 1]
+        assert 0 < r.reused_tokens < before.prompt_tokens  # cut where the old screenshot was
+        assert r.images_encoded == 1
+
+
+def test_changed_screenshot_with_the_same_tokens_is_not_reused(policy: Policy) -> None:
+    sampling = _sampling(policy, temperature=0.0, max_new_tokens=2)
+
+    async def run() -> list[EngineRecord]:
+        engine = HFEngine(policy)
+        for first in (1, 2):  # same size, other pixels: identical token ids
+            conv = _conversation(policy, first)
+            conv.add_generation(await engine.generate(*conv.prompt(), sampling))
+            conv.add_user("next", None)
+            await engine.generate(*conv.prompt(), sampling)
+        await engine.close()
+        return list(engine.records)
+
+    a1, a2, b1, b2 = asyncio.run(run())
+    assert a2.reused_tokens > a1.prompt_tokens  # the same episode extends its own KV
+    assert b1.reused_tokens < a1.prompt_tokens - 1  # the other screenshot is encoded again
+    assert b1.images_encoded == 1
+    assert b2.reused_tokens > b1.prompt_tokens
+
+
+def test_kv_of_older_weights_is_never_reused(policy: Policy) -> None:
+    sampling = _sampling(policy, temperature=0.0)
+
+    async def run() -> tuple[list[EngineRecord], list[Generation]]:
+        engine = HFEngine(policy)
+        conv = _conversation(policy)
+        first = await engine.generate(*conv.prompt(), sampling)
+        conv.add_generation(first)
+        conv.add_user("next", screenshot(3, (150, 120)))
+        with policy.lock, torch.no_grad():  # what a learner step does: new weights, new version
+            policy.model.lm_head.weight.mul_(1.5)  # type: ignore[union-attr, operator]
+            policy.version = 1
+        second = await engine.generate(*conv.prompt(), sampling)
+        await engine.close()
+        return list(engine.records), [first, second]
+
+    (_, r2), (g1, g2) = asyncio.run(run())
+    assert (r2.reused_tokens, r2.images_encoded) == (0, 2)
+    assert (g1.policy_version, g2.policy_version) == (0, 1)
+    assert r2.policy_version == 1
+
+
+def test_weight_update_mid_generation_restarts_it_on_the_new_weights(policy: Policy) -> None:
+    """A learner step while a request decodes: the learner gets policy.lock within a round, and
+    the request starts again from its prompt, so one generation never mixes two weight versions."""
+    long = SamplingParams(temperature=0.0, max_new_tokens=300)
+
+    def learner_step() -> None:
+        with policy.lock, torch.no_grad():
+            policy.model.lm_head.weight.mul_(1.5)  # type: ignore[union-attr, operator]
+            policy.version = 1
+
+    async def run() -> tuple[Generation, Generation, list[EngineRecord]]:
+        engine = HFEngine(policy, hold_seconds=0.02)  # rounds shorter than the generation
+        assert engine.batcher is not None
+        prompt = _conversation(policy).prompt()
+        first = asyncio.create_task(engine.generate(*prompt, long))
+        while engine.batcher.steps < 3:  # noqa: ASYNC110 (the engine's thread)
+            await asyncio.sleep(0.002)
+        await asyncio.wait_for(asyncio.to_thread(learner_step), 60)
+        restarted = await first
+        fresh = await engine.generate(*prompt, long)
+        await engine.close()
+        return restarted, fresh, list(engine.records)
+
+    restarted, fresh, (rec, _) = asyncio.run(run())
+    assert rec.restarts == 1
+    assert (restarted.policy_version, fresh.policy_version) == (1, 1)
+    assert restarted.token_ids == fresh.token_ids  # all of it from the new weights
+
+
+def test_forget_cache_frees_the_stored_kv(policy: Policy) -> None:
+    sampling = _sampling(policy, temperature=0.0, max_new_tokens=2)
+
+    async def run() -> list[EngineRecord]:
+        engine = HFEngine(policy)
+        assert engine.batcher is not None
+        conv = _conversation(policy)
+        conv.add_generation(await engine.generate(*conv.prompt(), sampling))
+        assert engine.batcher.store.bytes > 0
+        engine.forget_cache()
+        # The worker frees it at its next idle check (its own thread): poll for it.
+        while engine.batcher.store.entries:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        assert engine.batcher.store.bytes == 0
+        conv.add_user("next", None)
+        await engine.generate(*conv.prompt(), sampling)
+        await engine.close()
+        return list(engine.records)
+
+    _, second = asyncio.run(run())
+    assert (second.reused_tokens, second.images_encoded) == (0, 1)
+
+
+@GPU
+@pytest.mark.parametrize("dtype", ["float32", "auto"])
+def test_cuda_graph_decoding_equals_eager_decoding(tiny_model_dir: Path, dtype: str) -> None:
+    """HFEngine(cuda_graphs=True) replays the decode step: in fp32 the same ids and log-probs as
+    eager decoding; under bf16 autocast (the bf16 weight copy) the learner still agrees."""
+    policy = load_policy(str(tiny_model_dir), dtype=dtype, device="cuda")
+    sampling = _sampling(policy, temperature=0.0 if dtype == "float32" else 1.0)
+
+    async def run(graphs: bool) -> tuple[Conversation, HFEngine]:
+        engine = HFEngine(policy, seed=3, cuda_graphs=graphs)
+        conv = await _trajectory(engine, policy, sampling)
+        await engine.close()
+        return conv, engine
+
+    conv, engine = asyncio.run(run(True))
+    assert engine.batcher is not None
+    graphs = engine.batcher.graphs
+    assert graphs is not None
+    assert graphs.captures > 0
+    assert not graphs.broken
+    ids, logprobs = _generated(conv)
+    if dtype == "float32":
+        eager_ids, eager_logprobs = _generated(asyncio.run(run(False))[0])
+        assert ids == eager_ids
+        assert torch.allclose(logprobs, eager_logprobs, atol=1e-5)
+    else:
+        sample = conv.to_sample()
+        with torch.no_grad(), policy.autocast():
+            logp, _ = token_logprobs(policy, sample, temperature=1.0)
+        assert (logp.float().cpu() - logprobs).abs().max() < 0.1
