@@ -57,7 +57,7 @@ bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktop
 # Learning on held-out tasks (kubecua_trainer/learningbench/run.py): the typeword family, a model
 # built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
 # on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
-# 2 steps, 8 held-out instances (what `make test` runs: tests/test_learning_check.py).
+# 2 steps, 8 held-out instances (make test runs a separate, shorter check: tests/test_learning_check.py).
 .PHONY: bench-learning
 bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise? warm-up + GRPO, 3 seeds + LR-0 control, real desktops (BENCH_ARGS=--smoke)
 	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)
