@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from kubecua_desktop.auth import require_token
+from kubecua_desktop.auth import TokenFirst, require_token
 from kubecua_desktop.desktop import Desktop, DesktopUnavailable, make_desktop
 from kubecua_desktop.procs import Launcher
 from kubecua_desktop.recorder import Recorder
@@ -47,6 +47,7 @@ def create_app(settings: Settings, desktop: Desktop | None = None) -> FastAPI:
             app.state.warm.stop()
 
     app = FastAPI(title="kubecua desktop", lifespan=lifespan, dependencies=[Depends(require_token)])
+    app.add_middleware(TokenFirst)
     app.state.settings = settings
     app.state.desktop = desktop
     app.state.launcher = Launcher()

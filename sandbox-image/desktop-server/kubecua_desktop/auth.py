@@ -5,6 +5,8 @@ from __future__ import annotations
 import hmac
 
 from fastapi import HTTPException, Request, status
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK = {"127.0.0.1", "::1"}
 
@@ -25,3 +27,22 @@ async def require_token(request: Request) -> None:
         detail="missing or wrong bearer token: send 'Authorization: Bearer <token>'",
         headers={"WWW-Authenticate": "Bearer"},
     )
+
+
+class TokenFirst:
+    """ASGI middleware: the same check before routing and body parsing. The route dependency
+    alone runs after FastAPI has read the body, so a caller without the token got 422 or 400
+    for a malformed body (learning the route's shape) instead of 401; found by fuzzing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                await require_token(Request(scope))
+            except HTTPException as e:
+                refusal = JSONResponse({"detail": e.detail}, e.status_code, headers=e.headers)
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

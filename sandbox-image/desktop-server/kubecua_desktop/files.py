@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -49,23 +50,38 @@ def directory_tree(root: Path) -> dict[str, Any]:
     return walk(root)
 
 
+def _refuse_os_error(target: Path, exc: OSError) -> HTTPException:
+    """A write the caller's path makes impossible is a 4xx (found by fuzzing: an upload below a
+    file, or onto a directory, was a 500); anything else (a full disk) stays a 500."""
+    if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG):
+        return HTTPException(status.HTTP_400_BAD_REQUEST, f"cannot write {target}: {exc}")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return HTTPException(status.HTTP_403_FORBIDDEN, f"cannot write {target}: {exc}")
+    return HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"cannot write {target}: {exc}")
+
+
 def save_stream(source: IO[bytes], target: Path) -> int:
     """Write source to target (creating parent dirs); the byte count. Partial files are removed."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse_os_error(target, exc) from exc
     try:
         with target.open("wb") as out:
             shutil.copyfileobj(source, out, 1 << 20)
     except OSError as exc:
-        target.unlink(missing_ok=True)
-        raise HTTPException(
-            status.HTTP_500_INTERNAL_SERVER_ERROR, f"cannot write {target}: {exc}"
-        ) from exc
+        if not target.is_dir():
+            target.unlink(missing_ok=True)
+        raise _refuse_os_error(target, exc) from exc
     return target.stat().st_size
 
 
 def download(url: str, target: Path) -> int:
     """Fetch url into target with up to 3 tries; the byte count, or 502 with the last error."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse_os_error(target, exc) from exc
     last: Exception | None = None
     for _ in range(DOWNLOAD_TRIES):
         try:

@@ -80,7 +80,8 @@ class DownloadRequest(BaseModel):
 
 
 class WindowRequest(BaseModel):
-    window_name: str = Field(min_length=1)
+    # No NUL: the name goes into wmctrl's argv, where NUL was a 500 (found by fuzzing).
+    window_name: str = Field(min_length=1, pattern=r"^[^\x00]*$")
     strict: bool = False
     by_class: bool = False
 

@@ -133,18 +133,54 @@ def _metric(name: str) -> Callable[..., Any]:
 
 
 def validate_task(task: dict[str, Any]) -> None:
-    """Reject what would only fail later: missing instruction, unknown setup verbs or metrics."""
+    """Reject what would only fail later: missing instruction, unknown setup verbs or metrics,
+    wrong shapes (each was a 500 under fuzzing), and files on the episode server's own disk."""
     if not isinstance(task.get("instruction"), str):
         raise TaskError("task.instruction must be a string")
-    for step in task.get("config", []) or []:
+    config = task.get("config", []) or []
+    if not isinstance(config, list):
+        raise TaskError("task.config must be a list of setup steps")
+    for i, step in enumerate(config):
+        if not isinstance(step, dict) or not isinstance(step.get("type"), str):
+            raise TaskError(f"task.config[{i}] must be an object with a string type")
         if not hasattr(SetupController, f"_{step.get('type')}_setup"):
             raise TaskError(f"unknown setup step type {step.get('type')!r}")
+        if step["type"] == "upload_file":
+            # desktop-env reads local_path on this server's disk: a task could copy any file the
+            # server can read (its token, other files) into the desktop. Tasks ship their files
+            # by URL (download) instead.
+            raise TaskError(f"task.config[{i}]: upload_file reads the sandbox server's own disk; "
+                            "use a download step with a URL")  # fmt: skip
     ev = task.get("evaluator")
     if not isinstance(ev, dict) or "func" not in ev:
         raise TaskError("task.evaluator.func is required")
-    for name in ev["func"] if isinstance(ev["func"], list) else [ev["func"]]:
+    funcs = ev["func"] if isinstance(ev["func"], list) else [ev["func"]]
+    if not funcs or not all(isinstance(f, str) for f in funcs):
+        raise TaskError("task.evaluator.func must be a metric name or a list of them")
+    for name in funcs:
         if name != "infeasible" and (why := evaluators.unavailable(name)):
             raise TaskError(why)
+    _check_cache_names(ev, "task.evaluator")
+
+
+def _check_cache_names(value: Any, where: str) -> None:
+    """Getters write `dest` (and cache_file reads `path`) joined onto the cache dir: a name with
+    '..' or an absolute one would reach outside it on the episode server's disk."""
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_cache_names(v, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        names = [("dest", value.get("dest"))]
+        if value.get("type") == "cache_file":
+            names.append(("path", value.get("path")))
+        for key, name in names:
+            for one in name if isinstance(name, list) else [name]:
+                if one is None:
+                    continue
+                if not isinstance(one, str) or os.path.isabs(one) or ".." in one.split("/"):
+                    raise TaskError(f"{where}.{key} must be a file name inside the cache dir")
+        for k, v in value.items():
+            _check_cache_names(v, f"{where}.{k}")
 
 
 OSWORLD_HOME = "/home/user"
