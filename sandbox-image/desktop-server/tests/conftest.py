@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import socket
@@ -71,13 +72,16 @@ def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desktop]:
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def strict_url(desktop: Desktop) -> Iterator[str]:
-    """A second server on the same display that trusts nobody without the token."""
+@contextlib.contextmanager
+def token_only_server(
+    env: dict[str, str], cwd: Path | None = None, timeout: float = 30
+) -> Iterator[str]:
+    """A desktop server started with `env` (which names KUBECUA_SANDBOX_TOKEN), on a free port,
+    until it answers unauthenticated requests with 401; yields its URL, stops it afterwards."""
     port = free_port()
-    env = dict(desktop.info.env, KUBECUA_SANDBOX_TOKEN=desktop.token)
     argv = [sys.executable, "-m", "kubecua_desktop", "--port", str(port)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 
     def answering() -> bool:
@@ -87,11 +91,18 @@ def strict_url(desktop: Desktop) -> Iterator[str]:
             return False
 
     try:
-        wait_for(answering, 30, "the strict server to answer")
+        wait_for(answering, timeout, f"the server on port {port} to answer")
         yield url
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(30)
+
+
+@pytest.fixture(scope="session")
+def strict_url(desktop: Desktop) -> Iterator[str]:
+    """A second server on the same display that trusts nobody without the token."""
+    with token_only_server(dict(desktop.info.env, KUBECUA_SANDBOX_TOKEN=desktop.token)) as url:
+        yield url
 
 
 def run(desktop: Desktop, command: list[str] | str, shell: bool = False) -> dict[str, object]:

@@ -11,7 +11,6 @@ import os
 import re
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import Desktop, free_port, wait_for
+from tests.conftest import Desktop, token_only_server
 
 # Bounded for the 2-core machine (about a minute in all); raise it for a longer hunt.
 MAX_EXAMPLES = int(os.environ.get("KUBECUA_FUZZ_EXAMPLES", "250"))
@@ -77,28 +76,14 @@ def fuzz_server(desktop: Desktop, tmp_path_factory: pytest.TempPathFactory) -> I
     (allowed / "escape").symlink_to(canary_dir)
     (allowed / "link.txt").symlink_to(canary)
     token = secrets.token_hex(16)
-    port = free_port()
     env = dict(
         desktop.info.env, KUBECUA_SANDBOX_TOKEN=token, KUBECUA_DESKTOP_FILE_ROOTS=str(allowed)
     )
     env.pop("KUBECUA_DESKTOP_TRUST_LOOPBACK", None)
-    argv = [sys.executable, "-m", "kubecua_desktop", "--port", str(port)]
-    proc = subprocess.Popen(argv, env=env, cwd=outside, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        try:
-            return httpx.get(f"{url}/platform", timeout=2).status_code == 401
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_for(answering, 60, "the fuzzed server to answer")
-        yield FuzzServer(url, token, allowed, outside, canary, desktop.home)
+        with token_only_server(env, cwd=outside, timeout=60) as url:
+            yield FuzzServer(url, token, allowed, outside, canary, desktop.home)
     finally:
-        proc.terminate()
-        proc.wait(30)
         for p in sorted(canary_dir.rglob("*"), reverse=True):
             p.unlink() if not p.is_dir() else p.rmdir()
         canary_dir.rmdir()

@@ -198,18 +198,22 @@ def collect(out_dir: Path, seconds: float) -> dict[str, Any]:
 
 
 async def untrained(ctx: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The held-out figure of the model before any training (the `evaluate` command, greedy)."""
+    """The held-out figure of the model before any training: `evaluate --spec` on the seeds'
+    own manifest, so it evaluates exactly as their step-0 evaluation does."""
     run_dir = out / "untrained"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    argv = ["evaluate", str(ctx["model"]), "--tasks", str(FAMILY / "heldout")]
-    argv += ["--ids", *ctx["heldout_ids"]] if ctx["heldout_ids"] else []
-    argv += ["--urls", *ctx["urls"], "--token-file", os.environ["KUBECUA_SANDBOX_TOKEN_FILE"]]
-    argv += ["--max-turns", "1", "--max-new-tokens", str(RECIPE["algorithm"]["maxNewTokens"])]
-    argv += ["--max-pixels", str(RECIPE["rollout"]["maxPixels"])]
-    argv += ["--system-prompt", BENCH_PROMPT, "--output-dir", str(run_dir), "--no-progress"]
+    spec = manifest(
+        "untrained", 0, CONTROL_LR, ctx["model"], ctx["demos"], ctx["urls"], ctx["steps"],
+        ctx["heldout_ids"],
+    )  # fmt: skip
+    path = run_dir / "trainingrun.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    argv = ["evaluate", str(ctx["model"]), "--spec", str(path), "--urls", *ctx["urls"]]
+    argv += ["--token-file", os.environ["KUBECUA_SANDBOX_TOKEN_FILE"]]
+    argv += ["--output-dir", str(run_dir / "out"), "--no-progress"]
     await _python(argv, run_dir / "evaluate.log")
-    summary = json.loads((run_dir / "evaluations/step-0000/summary.json").read_text())
+    summary = json.loads((run_dir / "out/evaluations/step-0000/summary.json").read_text())
     return {"success": summary["success_rate"], "episodes": summary["scored"]}
 
 
