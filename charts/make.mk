@@ -4,13 +4,19 @@ TEST_TARGETS += test-charts
 HELM := $(BIN)/helm
 CHART_TESTS := e2e/test_helm_chart_renders.py e2e/test_helm_values_schema.py \
 	e2e/test_dashboards_match_generator.py e2e/test_prometheus_rules_check.py
-.PHONY: test-charts dashboards charts-crds
+.PHONY: test-charts dashboards charts-crds lint-dashboards
+LINT_TARGETS += lint-dashboards
 
 charts-crds: ## copy crds/ into the chart (files/crds is generated; a test fails on drift)
 	rm -f charts/kubecua/files/crds/*.yaml && cp crds/*.yaml charts/kubecua/files/crds/
 
 dashboards: dashboards-gen-env ## regenerate the Grafana dashboards JSON shipped in the chart
 	cd charts/kubecua-dashboards-gen && .venv/bin/python -m kubecua_dashboards
+
+# Grafana cannot run here: its dashboard types (npm @grafana/schema, with tsc) stand in for it.
+lint-dashboards: ## check the dashboards against Grafana's own dashboard types (@grafana/schema, tsc)
+	hack/grafana-schema-check/check.sh --self-test
+	hack/grafana-schema-check/check.sh
 
 test-charts: setup-apt dashboards-gen-env tests-env setup-go ## helm lint/template, schema negatives, CRD + dashboard drift, promtool
 	$(HELM) lint --strict charts/kubecua

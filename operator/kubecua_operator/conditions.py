@@ -14,9 +14,12 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 SCALING_LIMITED = "ScalingLimited"
+# Both kinds, while a run asks its pool for capacity (spec.sandboxes.capacity)
+DEMAND_MET = "DemandMet"
 # TrainingRun
 SANDBOXES_READY = "SandboxesReady"
 TRAINER_READY = "TrainerReady"
+ADMITTED = "Admitted"  # runs with spec.kueue: Kueue's admission of the Job's Workload
 FAILED = "Failed"
 
 Condition = dict[str, Any]

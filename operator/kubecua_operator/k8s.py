@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Deployment": ("/apis/apps/v1", "deployments"),
     "VirtualMachine": ("/apis/kubevirt.io/v1", "virtualmachines"),
     "PodMonitor": ("/apis/monitoring.coreos.com/v1", "podmonitors"),
+    "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads"),  # Kueue's, for queued runs
     "SandboxPool": ("/apis/kubecua.dev/v1alpha1", "sandboxpools"),
     "TrainingRun": ("/apis/kubecua.dev/v1alpha1", "trainingruns"),
 }

@@ -18,7 +18,11 @@ from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.sandboxpool import reconcile as pools
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
-from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod
+from kubecua_operator.sandboxpool.model import (
+    summarize_object,
+    summarize_pod,
+    summarize_run_demand,
+)
 from kubecua_operator.trainingrun import reconcile as runs
 from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer_pod
 
@@ -86,7 +90,7 @@ _INDEXES: dict[str, Any] = {}  # kopf's index objects, live views handed to ever
 
 def _pool_loop(live: loops.Live) -> Any:
     names_ = ("sandbox_pods", "sandbox_services", "sandbox_slices")
-    return pools.run_pool_loop(live, [_INDEXES[n] for n in names_])
+    return pools.run_pool_loop(live, [_INDEXES[n] for n in names_], _INDEXES["run_demand"])
 
 
 def _run_loop(live: loops.Live) -> Any:
@@ -101,16 +105,25 @@ RUN_LOOPS = loops.Loops(_run_loop)
 
 def _keep_indexes(kw: dict[str, Any]) -> None:
     for name in ("sandbox_pods", "sandbox_services", "sandbox_slices", "trainer_jobs",
-                 "pool_readiness", "trainer_pods"):  # fmt: skip
+                 "pool_readiness", "trainer_pods", "run_demand"):  # fmt: skip
         _INDEXES[name] = kw[name]
 
 
 @kopf.index(G, V, "sandboxpools")
 async def pool_readiness(**kw: Any) -> dict:
-    """Per pool: ready sandboxes, uid (its token Secret's name) and backend, for its runs."""
+    """Per pool: ready sandboxes, uid (its token Secret's name), backend and DemandMet, for its
+    runs."""
     ready = int(kw["status"].get("readyReplicas") or 0)
     backend = kw["spec"].get("backend", "pod")
-    return {(kw["namespace"], kw["name"]): (ready, kw["uid"], backend)}
+    demand_met = runs.demand_met_of(dict(kw["status"]))
+    return {(kw["namespace"], kw["name"]): (ready, kw["uid"], backend, demand_met)}
+
+
+@kopf.index(G, V, "trainingruns")
+async def run_demand(**kw: Any) -> dict | None:
+    """Per pool: what each run naming it asks for (spec.sandboxes.capacity)."""
+    demand = summarize_run_demand(dict(kw["body"]))
+    return {(kw["namespace"], kw["spec"]["sandboxes"]["poolRef"]): demand} if demand else None
 
 
 @kopf.index(G, V, "trainingruns")
@@ -148,5 +161,8 @@ async def wake_run(**kw: Any) -> None:
 @kopf.on.event(G, V, "trainingruns")
 async def run_event(**kw: Any) -> None:
     _keep_indexes(kw)
+    pool = (kw["spec"].get("sandboxes") or {}).get("poolRef")
+    if pool:  # its demand may have changed: started, suspended, finished, deleted
+        wakeups.signal("SandboxPool", kw["namespace"], pool)
     RUN_LOOPS.observe(kw["type"], dict(kw["body"]))
     wakeups.signal("TrainingRun", kw["namespace"], kw["name"])

@@ -2,13 +2,16 @@
 (GET /readyz, GET /status with a bearer token). The operator's external-backend tests use it
 instead of full local sandboxes (Xvfb + desktop + episode server) because only readiness and the
 busy flag matter to the operator, and two shared cores cannot spare a desktop per sandbox.
-Tests flip `ready`, `busy` and `episodes_served` to play the sandbox's part.
+Tests flip `ready`, `busy` and `episodes_served` to play the sandbox's part, or call
+start_episode/end_episode, which also keep the server's record of its episodes (when each began
+and ended, time.monotonic()) for tests that check nothing happened to a sandbox mid-episode.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,6 +19,7 @@ from typing import Any
 class EpisodeStub:
     def __init__(self, token: str = "") -> None:
         self.ready, self.busy, self.episodes_served, self.token = True, False, 0, token
+        self.episodes: list[tuple[float, float | None]] = []  # (began, ended or None)
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -55,6 +59,16 @@ class EpisodeStub:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def start_episode(self) -> None:
+        self.episodes.append((time.monotonic(), None))
+        self.busy = True
+
+    def end_episode(self) -> None:
+        began, _ = self.episodes[-1]
+        self.busy = False
+        self.episodes[-1] = (began, time.monotonic())
+        self.episodes_served += 1
 
     def close(self) -> None:
         self.server.shutdown()

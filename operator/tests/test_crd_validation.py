@@ -259,6 +259,28 @@ BAD = [
         with_spec(RUN, warmup={"epochs": 2}),
         "spec.warmup.demonstrations: Required",
     ),
+    # Issue 22: runs that size their pool.
+    (
+        "baseline above the runs' cap",
+        with_spec(POOL, replicas=5, maxReplicas=4),
+        'spec.replicas: Invalid value: "object": spec.replicas must not exceed spec.maxReplicas',
+    ),
+    ("negative max replicas", with_spec(POOL, maxReplicas=-1), "spec.maxReplicas"),
+    (
+        "capacity without a pool",
+        with_spec(RUN, sandboxes={"urls": ["http://a:1"], "capacity": {"episodes": 2}}),
+        'spec.sandboxes.capacity: Invalid value: "object": spec.sandboxes.capacity asks a pool',
+    ),
+    (
+        "capacity without episodes",
+        with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"spares": 2}}),
+        "spec.sandboxes.capacity.episodes: Required",
+    ),
+    (
+        "zero episodes",
+        with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"episodes": 0}}),
+        "spec.sandboxes.capacity.episodes",
+    ),
 ]
 
 
@@ -366,6 +388,19 @@ def test_scale_subresource_short_names_and_category(cluster, crds, namespace):
     assert header == ["NAME", "BACKEND", "DESIRED", "CURRENT", "READY", "LEASED", "AGE"]
 
 
+def test_scaling_a_pool_past_its_max_replicas_is_refused(cluster, crds, namespace):
+    """What an HPA whose maxReplicas exceeds the pool's gets from the scale subresource: the
+    baseline (spec.replicas, the HPA's) above the runs' cap is the ambiguous case, refused."""
+    pool = with_spec(POOL, replicas=2, maxReplicas=6)
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(pool))
+    cluster.kubectl("scale", "sbp/p", "-n", namespace, "--replicas=6")
+    proc = cluster.kubectl("scale", "sbp/p", "-n", namespace, "--replicas=7", check=False)
+    assert proc.returncode != 0
+    assert "spec.replicas must not exceed spec.maxReplicas" in proc.stderr, proc.stderr
+    got = json.loads(cluster.kubectl("get", "sbp", "p", "-n", namespace, "-o", "json").stdout)
+    assert (got["spec"]["replicas"], got["spec"]["maxReplicas"]) == (6, 6)
+
+
 def test_kubectl_explain_reads_the_field_descriptions(cluster, crds):
     out = cluster.kubectl("explain", "sandboxpools.spec.warmSpares").stdout
     assert "Idle sandboxes kept beyond the leased ones" in out
@@ -416,6 +451,8 @@ GOOD = [
             "temperatureEnd": 0.5,
         },
     ),
+    with_spec(POOL, replicas=4, maxReplicas=4),
+    with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"episodes": 8, "spares": 2}}),
 ]
 
 

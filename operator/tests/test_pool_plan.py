@@ -93,3 +93,47 @@ def test_external_pool_target_is_capped_by_its_endpoints():
 
 def test_free_indexes_fill_holes_first():
     assert free_indexes({0, 2, 3}, 3) == [1, 4, 5]
+
+
+# Issue 22: runs that size their pool (spec.sandboxes.capacity; pool spec.maxReplicas).
+@pytest.mark.parametrize(
+    ("spec", "demand", "replicas", "creates"),
+    [
+        ({"replicas": 1, "maxReplicas": 8}, 5, 5, [1, 2, 3, 4]),  # a run raises its pool
+        ({"replicas": 1, "maxReplicas": 8}, 5 + 2, 7, [1, 2, 3, 4, 5, 6]),  # two runs: summed
+        ({"replicas": 1, "maxReplicas": 4}, 7, 4, [1, 2, 3]),  # capped by maxReplicas
+        ({"replicas": 1}, 7, 1, []),  # no maxReplicas: runs never raise the pool
+        ({"replicas": 3, "maxReplicas": 8}, 2, 3, [1, 2]),  # the baseline stays
+    ],
+)
+def test_runs_demand_raises_the_baseline_up_to_max_replicas(spec, demand, replicas, creates):
+    step = plan(spec, boxes(READY), demand=demand)
+    assert (step.replicas, step.target, step.create) == (replicas, replicas, creates)
+
+
+def test_warm_spares_come_on_top_of_the_runs_demand():
+    spec = {"replicas": 1, "maxReplicas": 8, "warmSpares": 2}
+    probes = {f"p-{i}": Probe(True, True) for i in range(4)}
+    step = plan(spec, boxes(*[READY] * 4), probes, demand=4)
+    assert (step.replicas, step.target, step.create) == (4, 6, [4, 5])
+
+
+def test_capacity_given_back_leaves_with_idle_sandboxes_only():
+    # Both runs finished (demand 0): of six, two are mid-episode. The four idle ones go now, the
+    # leased ones stay although the pool is above its target; none is ever removed while leased.
+    spec = {"replicas": 1, "maxReplicas": 8}
+    probes = {"p-3": Probe(True, True), "p-5": Probe(True, True)}
+    step = plan(spec, boxes(*[READY] * 6), probes, demand=0)
+    assert step.target == 1
+    assert sorted(s.name for s, _ in step.delete) == ["p-0", "p-1", "p-2", "p-4"]
+    assert step.create == []
+    # p-5's episode ends: it goes; p-3 is still leased and stays.
+    live = [b for b in boxes(*[READY] * 6) if b.name in ("p-3", "p-5")]
+    step = plan(spec, live, {"p-3": Probe(True, True)}, demand=0)
+    assert [(s.name, r) for s, r in step.delete] == [("p-5", "ScaledIn")]
+
+
+def test_scale_in_below_the_leased_count_keeps_every_leased_sandbox():
+    probes = {f"p-{i}": Probe(True, True) for i in range(4)}
+    step = plan({"replicas": 1}, boxes(READY, READY, READY, READY, PENDING), probes)
+    assert [(s.name, r) for s, r in step.delete] == [("p-4", "ScaledIn")]

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from kubecua_operator import conditions as c
-from kubecua_operator.sandboxpool.model import FAILED, READY, Sandbox
+from kubecua_operator.sandboxpool.model import (
+    FAILED,
+    READY,
+    RunDemand,
+    Sandbox,
+    summarize_run_demand,
+)
 from kubecua_operator.sandboxpool.plan import Plan
 from kubecua_operator.sandboxpool.status import compute_status
 from kubecua_operator.trainingrun.status import JobView, Observed, compute_phase, compute_run_status
@@ -44,6 +50,48 @@ def test_pool_status_counts_the_sandboxes_its_pass_created():
     assert c.is_true(st["conditions"], "Progressing")
 
 
+def test_pool_status_records_the_runs_demand_and_whether_max_replicas_covers_it():
+    pool = {**POOL, "spec": {"replicas": 1, "maxReplicas": 6}}
+    demand = [RunDemand("b", 2, True), RunDemand("a", 3, True)]
+    st = compute_status(pool, [], Plan(target=5, replicas=5), demand=demand)
+    assert st["demand"] == {
+        "sandboxes": 5,
+        "replicas": 5,
+        "runs": [{"name": "a", "sandboxes": 3}, {"name": "b", "sandboxes": 2}],
+    }
+    met = c.find(st["conditions"], "DemandMet")
+    assert (met["status"], met["reason"]) == ("True", "DemandCovered")
+    assert met["message"] == "active runs ask for 5 sandboxes (a 3, b 2); the pool keeps 5"
+
+    demand.append(RunDemand("c", 4, True))
+    st = compute_status(pool, [], Plan(target=6, replicas=6), demand=demand)
+    met = c.find(st["conditions"], "DemandMet")
+    assert (met["status"], met["reason"]) == ("False", "MaxReplicasTooLow")
+    assert met["message"] == (
+        "active runs ask for 9 sandboxes (a 3, b 2, c 4) but the pool keeps 6: maxReplicas is 6"
+    )
+    st = compute_status(pool, [], Plan(target=1, replicas=1), demand=[])
+    assert st["demand"] is None  # a merge patch removes it
+    assert c.find(st["conditions"], "DemandMet") is None
+
+
+@pytest.mark.parametrize(
+    ("suspend", "phase", "active"),
+    [(False, None, True), (False, "Running", True), (True, "Running", False),
+     (False, "Succeeded", False), (False, "Failed", False)],
+)  # fmt: skip
+def test_a_run_demands_capacity_while_it_is_neither_suspended_nor_finished(suspend, phase, active):
+    run = {
+        "metadata": {"name": "r"},
+        "spec": {"suspend": suspend, "sandboxes": {"poolRef": "p", "capacity": {"episodes": 4,
+                                                                                "spares": 1}}},
+        "status": {"phase": phase} if phase else {},
+    }  # fmt: skip
+    assert summarize_run_demand(run) == RunDemand("r", 5, active)
+    run["spec"]["sandboxes"].pop("capacity")
+    assert summarize_run_demand(run) is None
+
+
 @pytest.mark.parametrize(
     ("spec", "job", "phase"),
     [
@@ -79,3 +127,18 @@ def test_failed_run_shows_the_reason_and_completion_time():
     assert st["restarts"] == 4
     assert st["startTime"] == "T0"
     assert st["completionTime"] == "T9"
+
+
+def test_a_run_asking_for_capacity_shows_its_pools_demand_met_while_active():
+    spec = {**RUN_SPEC, "sandboxes": {"poolRef": "p", "capacity": {"episodes": 4}}}
+    run = {"metadata": {"name": "r", "generation": 1}, "spec": spec}
+    short = ("False", "MaxReplicasTooLow", "active runs ask for 9 sandboxes (r 4, s 5) but ...")
+    st = compute_run_status(run, Observed(None, 1, pool_demand=short), "T0")
+    met = c.find(st["conditions"], "DemandMet")
+    assert (met["status"], met["reason"]) == ("False", "MaxReplicasTooLow")
+    assert met["message"] == f"SandboxPool p: {short[2]}"
+    suspended = {**run, "spec": {**spec, "suspend": True}}
+    st = compute_run_status(suspended, Observed(None, 1, pool_demand=short), "T0")
+    assert c.find(st["conditions"], "DemandMet") is None  # a suspended run asks nothing
+    st = compute_run_status({**run, "spec": RUN_SPEC}, Observed(None, 1, pool_demand=short), "T0")
+    assert c.find(st["conditions"], "DemandMet") is None  # no capacity asked

@@ -52,11 +52,21 @@ class LocalSandboxes(_Model):
     replicas: int = Field(ge=1, le=16, description="Local desktops to start (Xvfb).")
 
 
+class PoolCapacity(_Model):
+    episodes: int = Field(
+        ge=1, le=10000, description="Episodes the run plays at once (usually maxInFlightEpisodes)."
+    )
+    spares: int = Field(default=0, ge=0, le=10000, description="Sandboxes beyond those.")
+
+
 class SandboxesConfig(_Model):
     pool_ref: str | None = Field(default=None, description="SandboxPool in the same namespace.")
     urls: list[str] | None = Field(default=None, description="Static episode-server URLs.")
     local: LocalSandboxes | None = Field(default=None, description="Start N local desktops.")
     min_ready: int = Field(default=1, ge=1, description="The run waits until this many are ready.")
+    capacity: PoolCapacity | None = Field(
+        default=None, description="Sandboxes the run asks its pool for while active (operator)."
+    )
     token_secret_ref: str | None = Field(
         default=None, description="Secret holding the sandbox bearer token (key `token`)."
     )
@@ -68,6 +78,8 @@ class SandboxesConfig(_Model):
             raise ValueError(
                 f"set exactly one of poolRef, urls, local (got {[to_camel(n) for n in given]})"
             )
+        if self.capacity is not None and self.pool_ref is None:
+            raise ValueError("capacity asks a pool for sandboxes: it needs poolRef")
         if self.urls is not None:
             bad = [u for u in self.urls if not u.startswith(("http://", "https://"))]
             if not self.urls or bad:

@@ -97,6 +97,14 @@ def test_camel_case_fields_map_to_snake_case() -> None:
         ),
         ({"sandboxes": {"urls": ["ftp://a"]}}, "urls must be non-empty http(s) URLs"),
         (
+            {"sandboxes": {"urls": ["http://a"], "capacity": {"episodes": 2}}},
+            "spec.sandboxes: Value error, capacity asks a pool for sandboxes: it needs poolRef",
+        ),
+        (
+            {"sandboxes": {"poolRef": "p", "capacity": {"episodes": 0}}},
+            "spec.sandboxes.capacity.episodes: Input should be greater than or equal to 1",
+        ),
+        (
             {"sandboxes": {"local": {"replicas": 17}}},
             "spec.sandboxes.local.replicas: Input should be less than or equal to 16",
         ),

@@ -58,6 +58,33 @@ class Probe:
     episodes_served: int = 0
 
 
+@dataclass(frozen=True)
+class RunDemand:
+    """What one TrainingRun asks of its pool (spec.sandboxes.capacity), kept in a kopf index."""
+
+    run: str
+    sandboxes: int  # episodes + spares
+    active: bool  # neither suspended nor finished: only active runs' demand counts
+
+
+# A run's phases after which it asks nothing of its pool (trainingrun/status.py writes them).
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def summarize_run_demand(body: dict[str, Any]) -> RunDemand | None:
+    """A run's demand on its pool; None when it names no pool or asks for no capacity."""
+    sandboxes = (body.get("spec") or {}).get("sandboxes") or {}
+    capacity = sandboxes.get("capacity")
+    if not sandboxes.get("poolRef") or not capacity:
+        return None
+    phase = (body.get("status") or {}).get("phase")
+    return RunDemand(
+        run=body["metadata"]["name"],
+        sandboxes=int(capacity.get("episodes", 0)) + int(capacity.get("spares", 0)),
+        active=not body["spec"].get("suspend") and phase not in FINISHED_PHASES,
+    )
+
+
 def summarize_pod(body: dict[str, Any]) -> Summary:
     meta, status = body.get("metadata", {}), body.get("status", {}) or {}
     conds = {c.get("type"): c for c in status.get("conditions", []) or []}

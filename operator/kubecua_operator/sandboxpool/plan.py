@@ -2,6 +2,9 @@
 
 Nothing here talks to the API; reconcile.py feeds in the observed sandboxes and carries out the
 plan.
+Runs' demand (spec.sandboxes.capacity) raises the pool's baseline spec.replicas up to
+spec.maxReplicas (pool_replicas); scale-in never removes a leased sandbox, so capacity given back
+when runs finish leaves only with idle sandboxes, and a leased one waits for its episode's end.
 The churn guard lives here: sandboxes that are not ready yet cap further creation, and while any is
 unschedulable nothing more is created (agent-sandbox #1215: a pool that cannot schedule must hold,
 not create pods without bound).
@@ -25,6 +28,24 @@ class Plan:
     limited: str = ""  # a ScalingLimited reason, or "" when scaling is not held back
     target: int = 0
     leased: int = 0
+    replicas: int | None = None  # spec.replicas raised by the runs' demand (None: not planned)
+
+
+def pool_replicas(replicas: int, max_replicas: int | None, demand: int) -> int:
+    """Sandboxes to keep before warm spares: the baseline `replicas` (the user's, or an HPA's),
+    raised by the active runs' summed `demand` up to `max_replicas`; never below the baseline.
+
+    >>> pool_replicas(2, 10, 6)    # demand above the baseline raises it
+    6
+    >>> pool_replicas(2, 4, 6)     # capped by maxReplicas
+    4
+    >>> pool_replicas(2, None, 6)  # no maxReplicas: runs never raise the pool
+    2
+    >>> pool_replicas(5, 10, 3)    # demand below the baseline changes nothing
+    5
+    """
+    cap = replicas if max_replicas is None else max(replicas, max_replicas)
+    return max(replicas, min(demand, cap))
 
 
 def target_replicas(replicas: int, warm_spares: int, leased: int) -> int:
@@ -79,22 +100,30 @@ def make_plan(
     burst: int,
     cap: int | None = None,
     taken: set[int] | frozenset[int] = frozenset(),
+    demand: int = 0,
 ) -> Plan:
-    """`taken`: indexes whose names are held by objects that are not this pool's (never reused)."""
+    """`taken`: indexes whose names are held by objects that are not this pool's (never reused).
+    `demand`: the summed spec.sandboxes.capacity of the pool's active runs."""
     live = [s for s in sandboxes if s.state != TERMINATING]
     leased = {s.name for s in live if s.state == READY and _busy(probes, s.name)}
     plan = Plan(leased=len(leased))
-    plan.target = target_replicas(spec.get("replicas", 1), spec.get("warmSpares", 0), len(leased))
+    plan.replicas = pool_replicas(spec.get("replicas", 1), spec.get("maxReplicas"), demand)
     if cap is not None:  # external pools cannot grow past their list of endpoints
+        plan.replicas = min(plan.replicas, cap)
+    plan.target = target_replicas(plan.replicas, spec.get("warmSpares", 0), len(leased))
+    if cap is not None:
         plan.target = min(plan.target, cap)
     plan.delete = _replacements(spec, live, probes, leased, replace_allowed)
     doomed = {s.name for s, _ in plan.delete}
     keep = [s for s in live if s.name not in doomed]
     excess = len(keep) - plan.target
-    if excess > 0:
-        plan.delete += [(s, "ScaledIn") for s in scale_in_order(keep, leased)[:excess]]
+    scaled_in: list[Sandbox] = []
+    if excess > 0:  # never a leased sandbox: it leaves once its episode is over and it is idle
+        idle = [s for s in scale_in_order(keep, leased) if s.name not in leased]
+        scaled_in = idle[:excess]
+        plan.delete += [(s, "ScaledIn") for s in scaled_in]
     # Replaced sandboxes hold their slot until they are gone: their successor reuses the index.
-    missing = plan.target - (len(live) - max(excess, 0))
+    missing = plan.target - (len(live) - len(scaled_in))
     if any(s.state == FAILED for s in live) and not replace_allowed:
         plan.limited = REPLACEMENT_BACKOFF
     if missing > 0:

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ from kubecua_operator.sandboxpool.model import (
     READY,
     TERMINATING,
     Probe,
+    RunDemand,
     Sandbox,
     Summary,
     service_shape,
@@ -366,7 +368,10 @@ def generation(body: Obj) -> int:
     return int(body["metadata"].get("generation") or 0)
 
 
-async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) -> None:
+async def reconcile_pool(
+    body: Obj, indexed: list[Summary], memory: PoolMemory, demands: Sequence[RunDemand] = ()
+) -> None:
+    """`demands`: what the TrainingRuns naming this pool ask of it (spec.sandboxes.capacity)."""
     api, cfg = kube(), settings_mod.get()
     if memory.gone:
         return  # deleted while the watch was down; a namesake gets a loop of its own
@@ -402,6 +407,7 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
     sandboxes = mark_deleted(backend.observe(body, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     external = spec.get("backend") == "external"
+    active = [d for d in demands if d.active]
     step = plan.make_plan(
         {**spec, "reset": {}} if external else spec,
         sandboxes,
@@ -412,6 +418,7 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
         if external
         else None,
         taken=memory.taken,
+        demand=sum(d.sandboxes for d in active),
     )
     doomed = {s.index for s, reason in step.delete if reason == "ScaledIn"}
     live = {s.index for s in sandboxes if s.state != TERMINATING} - doomed
@@ -425,7 +432,7 @@ async def reconcile_pool(body: Obj, indexed: list[Summary], memory: PoolMemory) 
     created = outcome(results, step, memory)
     # What this pass deleted is no longer ready, whatever the view (taken before) said.
     sandboxes = mark_deleted(sandboxes, memory.deleted)
-    new_status = status.compute_status(body, sandboxes, step, memory.issue, created)
+    new_status = status.compute_status(body, sandboxes, step, memory.issue, created, active)
     metrics.set_pool_sandboxes(
         meta["namespace"], meta["name"], status.count_states(sandboxes, step.leased)
     )
@@ -489,6 +496,7 @@ async def write_status(api: Kube, body: Obj, new: Obj, memory: PoolMemory) -> No
             conditions.DEGRADED,
             conditions.SCALING_LIMITED,
         )
+        warn |= cond["status"] == "False" and cond["type"] == conditions.DEMAND_MET
         await call(events.post, api, body, cond["reason"], cond["message"], warn)
 
 
@@ -509,6 +517,12 @@ def pool_children(body: Obj, indexes: list[kopf.Index]) -> list[Summary]:
     return [summary for index in indexes for summary in index.get(key, [])]
 
 
+def pool_demands(body: Obj, index: kopf.Index | None) -> list[RunDemand]:
+    if index is None:
+        return []
+    return list(index.get((body["metadata"]["namespace"], body["metadata"]["name"]), []))
+
+
 async def probe_loop(key: wakeups.Key, memory: PoolMemory, want_status: Any) -> None:
     """Refresh probes forever; wake the pool's reconcile when an answer changed."""
     cfg = settings_mod.get()
@@ -524,9 +538,12 @@ async def probe_loop(key: wakeups.Key, memory: PoolMemory, want_status: Any) -> 
         await asyncio.sleep(cfg.poll_seconds)
 
 
-async def run_pool_loop(live: Any, indexes: list[kopf.Index]) -> None:
+async def run_pool_loop(
+    live: Any, indexes: list[kopf.Index], demands: kopf.Index | None = None
+) -> None:
     """The per-pool loop: reconcile on events (debounced) and at least every resync period.
-    `live.body` is the pool as last seen by the watch; `live.stopped` ends the loop."""
+    `live.body` is the pool as last seen by the watch; `live.stopped` ends the loop. `demands`:
+    the index of runs' demand by pool (main.run_demand)."""
     cfg = settings_mod.get()
     meta = live.body["metadata"]
     key: wakeups.Key = ("SandboxPool", meta["namespace"], meta["name"])
@@ -543,7 +560,9 @@ async def run_pool_loop(live: Any, indexes: list[kopf.Index]) -> None:
             body = live.body
             try:
                 with metrics.timed_reconcile("SandboxPool"):
-                    await reconcile_pool(body, pool_children(body, indexes), memory)
+                    await reconcile_pool(
+                        body, pool_children(body, indexes), memory, pool_demands(body, demands)
+                    )
             except Exception as err:  # the next pass retries from the world's state
                 log.exception("reconcile of pool %s/%s failed: %s", *key[1:], err)
             await wakeups.wait(key, cfg.resync_seconds)

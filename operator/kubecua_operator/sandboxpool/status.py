@@ -6,7 +6,14 @@ from typing import Any
 
 from kubecua_operator import conditions as c
 from kubecua_operator import names
-from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Sandbox
+from kubecua_operator.sandboxpool.model import (
+    FAILED,
+    PENDING,
+    READY,
+    TERMINATING,
+    RunDemand,
+    Sandbox,
+)
 from kubecua_operator.sandboxpool.plan import Plan
 
 
@@ -24,16 +31,19 @@ def compute_status(
     plan: Plan,
     issue: tuple[str, str] | None = None,
     created: int = 0,
+    demand: list[RunDemand] | None = None,
 ) -> dict[str, Any]:
     """`issue`: (reason, message) of a pool-level fault (the API refused its sandboxes, KubeVirt
     missing): Degraded=True with it, whatever the sandboxes say. `created`: sandboxes this pass
     created; they exist once the status is written, so `replicas` counts them (else a pass that
-    replaces lost sandboxes would publish the count from before it replaced them)."""
+    replaces lost sandboxes would publish the count from before it replaced them). `demand`: the
+    pool's active runs that ask for capacity; with any, status.demand and DemandMet say what they
+    asked and whether spec.maxReplicas covers it (else both are removed)."""
     meta, spec = pool["metadata"], pool["spec"]
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]
     ready = sum(s.state == READY for s in live)
-    want = spec.get("replicas", 1)
+    want = spec.get("replicas", 1) if plan.replicas is None else plan.replicas
     changing = bool(plan.create or plan.delete) or len(live) != plan.target or ready < len(live)
     conds = [
         c.make(c.READY, ready >= want, "AllReady" if ready >= want else "NotEnoughReady",
@@ -44,6 +54,10 @@ def compute_status(
         c.make(c.SCALING_LIMITED, bool(plan.limited), plan.limited or "NotLimited",
                _limited_message(plan), gen),
     ]  # fmt: skip
+    summary = None
+    if demand:
+        summary = demand_summary(demand, want)
+        conds.append(demand_condition(spec, summary, gen))
     old = (pool.get("status") or {}).get("conditions") or []
     return {
         "replicas": len(live) + created,
@@ -51,8 +65,41 @@ def compute_status(
         "leasedReplicas": plan.leased,
         "selector": names.pool_selector(meta["name"]),
         "observedGeneration": gen,
+        "demand": summary,  # None removes it (a merge patch) once no active run asks
         "conditions": c.merge(old, conds),
     }
+
+
+def demand_summary(demand: list[RunDemand], replicas: int) -> dict[str, Any]:
+    runs = sorted(demand, key=lambda d: d.run)
+    return {
+        "sandboxes": sum(d.sandboxes for d in runs),
+        "replicas": replicas,
+        "runs": [{"name": d.run, "sandboxes": d.sandboxes} for d in runs],
+    }
+
+
+def demand_condition(spec: dict[str, Any], summary: dict[str, Any], gen: int) -> dict[str, Any]:
+    """DemandMet: whether the pool keeps as many sandboxes as its active runs ask for. False when
+    spec.maxReplicas (or, for an external pool, its list of endpoints) is too small."""
+    asked, kept = summary["sandboxes"], summary["replicas"]
+    who = ", ".join(f"{r['name']} {r['sandboxes']}" for r in summary["runs"])
+    if kept >= asked:
+        return c.make(
+            c.DEMAND_MET,
+            True,
+            "DemandCovered",
+            f"active runs ask for {asked} sandboxes ({who}); the pool keeps {kept}",
+            gen,
+        )
+    limit = spec.get("maxReplicas")
+    why = "it has no maxReplicas" if limit is None else f"maxReplicas is {limit}"
+    endpoints = ((spec.get("desktop") or {}).get("external") or {}).get("endpoints")
+    if spec.get("backend") == "external" and len(endpoints or []) < (limit or 0):
+        why = f"it has {len(endpoints or [])} endpoints"
+    return c.make(c.DEMAND_MET, False, "MaxReplicasTooLow",
+                  f"active runs ask for {asked} sandboxes ({who}) but the pool keeps {kept}: {why}",
+                  gen)  # fmt: skip
 
 
 def _degraded(live: list[Sandbox], issue: tuple[str, str] | None, gen: int) -> dict[str, Any]:

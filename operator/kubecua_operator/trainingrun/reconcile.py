@@ -73,6 +73,14 @@ def invalid_reason(spec: Obj) -> str:
     return children.sglang_volume_problem(spec)
 
 
+def demand_met_of(pool_status: Obj) -> tuple[str, str, str] | None:
+    """The pool's DemandMet condition as (status, reason, message), for its runs to show."""
+    cond = conditions.find(pool_status.get("conditions") or [], conditions.DEMAND_MET)
+    if not cond:
+        return None
+    return str(cond.get("status")), str(cond.get("reason", "")), str(cond.get("message", ""))
+
+
 def observe(
     run: Obj, jobs: kopf.Index, pools: kopf.Index, trainer_pods: Any = None
 ) -> status.Observed:
@@ -85,7 +93,7 @@ def observe(
         job = found[0] if found else None
         return status.Observed(job, None, invalid=invalid_reason(spec), pods=pods)
     entries = list(pools.get((meta["namespace"], pool), []))
-    ready, uid, backend = entries[0] if entries else (0, "", "")
+    ready, uid, backend, demand_met = entries[0] if entries else (0, "", "", None)
     return status.Observed(
         job=found[0] if found else None,
         ready_sandboxes=int(ready),
@@ -93,6 +101,7 @@ def observe(
         invalid=invalid_reason(spec),
         pool=(uid, backend) if entries else None,
         pods=pods,
+        pool_demand=demand_met,
     )
 
 

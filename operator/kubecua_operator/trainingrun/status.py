@@ -98,6 +98,38 @@ class Observed:
     invalid: str = ""  # a reason the run can never start in a cluster
     pool: tuple[str, str] | None = None  # the bound pool's (uid, backend)
     pods: tuple[TrainerPod, ...] = ()  # trainer pods of the Job
+    pool_demand: tuple[str, str, str] | None = None  # the pool's DemandMet (status, reason, msg)
+    admission: Admission | None = None  # Kueue's word on the Job's Workload (spec.kueue)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A Kueue Workload's admission state, as the run shows it."""
+
+    workload: str
+    admitted: bool
+    reason: str
+    message: str
+    active: bool = True  # spec.active: False once deactivated (how a queued run is suspended)
+
+
+def summarize_workload(body: Obj) -> Admission:
+    """Kueue's own reason: Admitted, else why not (Evicted's, then QuotaReserved's: "Pending"
+    with "insufficient unused quota ..." while the ClusterQueue is full)."""
+    conds = {x.get("type"): x for x in (body.get("status") or {}).get("conditions") or []}
+    name = body["metadata"]["name"]
+    active = (body.get("spec") or {}).get("active", True) is not False
+
+    def true(t: str) -> Obj | None:
+        cond = conds.get(t)
+        return cond if cond and cond.get("status") == "True" else None
+
+    if admitted := true("Admitted"):
+        return Admission(name, True, "Admitted", str(admitted.get("message", "")), active)
+    why = true("Evicted") or conds.get("QuotaReserved") or conds.get("Admitted") or {}
+    reason = str(why.get("reason") or "Pending")
+    message = str(why.get("message") or "waiting for Kueue to consider the Workload")
+    return Admission(name, False, reason, message, active)
 
 
 def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:
@@ -126,6 +158,9 @@ def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
         return SUCCEEDED, "Completed", f"trainer finished {done}"
     if spec.get("suspend"):
         return SUSPENDED, "Suspended", "suspended by spec.suspend"
+    queued = seen.admission
+    if job and job.suspend and queued and not queued.admitted:
+        return PENDING, "WaitingForAdmission", f"Kueue: {queued.reason}: {queued.message}"
     blocked = next((p for p in seen.pods if p.unschedulable), None)
     if job and blocked:
         return PENDING, "TrainerUnschedulable", f"{blocked.name}: {blocked.unschedulable}"
@@ -154,6 +189,12 @@ def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
         c.make(c.FAILED, phase == FAILED, reason if phase == FAILED else "NoFailure",
                message if phase == FAILED else "", gen),
     ]  # fmt: skip
+    if seen.admission:  # Kueue's reason verbatim: Admitted, Pending, Deactivated, Preempted...
+        a = seen.admission
+        conds.append(c.make(c.ADMITTED, a.admitted, a.reason, f"Workload {a.workload}: {a.message}", gen))
+    demand = demand_condition(spec, phase, seen, gen)
+    if demand:
+        conds.append(demand)
     status: Obj = {
         "phase": phase,
         "conditions": c.merge(old.get("conditions") or [], conds, now),
@@ -168,6 +209,18 @@ def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
     if phase in (SUCCEEDED, FAILED):
         status["completionTime"] = old.get("completionTime") or now
     return status
+
+
+def demand_condition(spec: Obj, phase: str, seen: Observed, gen: int) -> Obj | None:
+    """DemandMet, as the pool says it, while this run asks for capacity and is active (a
+    suspended or finished run asks nothing, and the condition goes)."""
+    if not spec["sandboxes"].get("capacity") or phase in (SUSPENDED, SUCCEEDED, FAILED):
+        return None
+    if seen.pool_demand is None:
+        return None  # the pool has not counted any demand yet
+    state, reason, message = seen.pool_demand
+    pool = spec["sandboxes"].get("poolRef")
+    return c.make(c.DEMAND_MET, state == "True", reason, f"SandboxPool {pool}: {message}", gen)
 
 
 def owned_changed(old: Obj | None, new: Obj) -> bool:
