@@ -24,7 +24,7 @@ test-sandbox-image: episode-env ## build the sandbox image (if its inputs change
 	cd sandbox-image/episode-server && .venv/bin/pytest -q -m image
 
 bench-sandbox: sandbox-env ## JSON: step overhead, settle, screenshot encode, reset, container cold start, OSWorld anchor
-	$(EPISODE_PY) sandbox-image/bench/bench_sandbox.py
+	$(EPISODE_PY) sandbox-image/bench/bench_sandbox.py $(BENCH_ARGS)
 
 # The offline task suite's generators (sandbox-image/tasks), in the episode server's venv (openpyxl,
 # python-docx): ruff, mypy, and no task JSON that differs from what the tables write.

@@ -14,7 +14,8 @@ Run as root (CI), the desktop session and every app it starts run as the unprivi
 kubecua-desktop (made by `make sandbox-env`; sudo with password "password"), as the image runs
 them as "user": VLC refuses root, and sudo must ask. The home then lives in a directory of that
 account's (pytest's tmp dirs are root-only), linked as WORKDIR/home; the episode server stays
-root, to stop the session's apps and restore the home on reset."""
+root, to stop the session's apps and restore the home on reset, and to undo what the account's
+sudo changed in /etc, /opt, /srv and at the top of / and /home (LOCAL_SYSTEM_SCOPE)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ from kubecua_episode.reset import chown_below
 REPO_SANDBOX = Path(__file__).resolve().parents[2]
 DEFAULT_DESKTOP_PYTHON = REPO_SANDBOX / "desktop-server" / ".venv" / "bin" / "python"
 DESKTOP_ACCOUNT = "kubecua-desktop"
+# Run as root, the account's sudo reaches the host's root: resets undo what episodes change here
+# (kubecua_episode/system.py). Kept small, since the host is shared: /usr, /var, /root and /tmp
+# are the host's own (and other sandboxes'). A variable set for the launcher wins; "" is off.
+LOCAL_SYSTEM_SCOPE = {
+    "KUBECUA_SYSTEM_PATHS": "/etc:/opt:/srv",
+    "KUBECUA_SYSTEM_COPIES": "/etc",
+    "KUBECUA_SYSTEM_TOP": "/:/home",
+}
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -207,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
             "KUBECUA_HOME": str(home), "KUBECUA_PRISTINE_HOME": str(pristine),
             "KUBECUA_CACHE_DIR": str(work / "cache"),
         }  # fmt: skip
+        if account:
+            for name, value in LOCAL_SYSTEM_SCOPE.items():
+                episode_env.setdefault(name, value)
+            mine = [episode_env.get("KUBECUA_SYSTEM_EXCLUDE", ""), str(work), str(own)]
+            episode_env["KUBECUA_SYSTEM_EXCLUDE"] = ":".join(filter(None, mine))
         if a.idle_timeout is not None:
             episode_env["KUBECUA_IDLE_TIMEOUT_SECONDS"] = str(a.idle_timeout)
         episode_env.pop("DISPLAY", None)  # not on the desktop's display: resets would kill us

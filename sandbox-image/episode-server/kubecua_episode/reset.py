@@ -3,7 +3,10 @@
 1. kill the session's apps: every process on the desktop's X display that was not there when the
    server took its baseline (Xvfb, window manager, D-Bus, desktop server stay);
 2. restore the home directory from its pristine copy (files a task created or changed go away);
-3. verify: no stray processes, home equals the pristine copy, no windows beyond the baseline.
+3. undo what the episode changed outside the home, with sudo or not (system.py: /etc, /opt,
+   new top-level folders; the scope is the settings' KUBECUA_SYSTEM_*);
+4. verify: no stray processes, home equals the pristine copy, the tracked system paths equal
+   their baseline, no windows beyond the baseline.
 
 This needs the episode server on the same host (pod) as the desktop, which is how the image and
 the local launcher run it. With a remote desktop (a VM; the image's `episode-server` mode) only
@@ -22,6 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
+
+from kubecua_episode.system import SudoSystemState, SystemState
 
 
 def _on_display(proc: psutil.Process, display: str) -> bool:
@@ -206,6 +211,8 @@ class Resetter:
     # A directory apps share with nothing else (the image's /tmp): entries made after the
     # baseline are removed by every reset. A local sandbox shares the host's /tmp, so None.
     scratch: Path | None = None
+    # Off unless given a scope; through sudo where the server is not root (system.py).
+    system: SystemState | SudoSystemState = field(default_factory=SystemState)
     baseline: set[int] = field(default_factory=set)
     scratch_baseline: set[str] = field(default_factory=set)
     killed: list[str] = field(default_factory=list)  # by the last reset, for the log
@@ -215,7 +222,7 @@ class Resetter:
         self.baseline = {p for p in procs if not _zygote_child(p)}
         if self.scratch is not None:
             self.scratch_baseline = {e.name for e in self.scratch.iterdir()}
-        return []
+        return self.system.take_baseline() if self.system.enabled else []
 
     def reset(self) -> tuple[float, list[str]]:
         """Returns (seconds, problems). No problems means verified clean."""
@@ -226,6 +233,8 @@ class Resetter:
             restore_home(self.home, self.pristine)
         if self.scratch is not None:
             remove_new_entries(self.scratch, self.scratch_baseline)
+        if self.system.enabled:
+            self.system.restore()
         return time.monotonic() - start, self.problems()
 
     def problems(self) -> list[str]:
@@ -240,6 +249,8 @@ class Resetter:
             diff = homes_differ(self.home, self.pristine)
             if diff:
                 found.append(f"home differs from pristine: {diff}")
+        if self.system.enabled:
+            found += self.system.problems()
         return found
 
 

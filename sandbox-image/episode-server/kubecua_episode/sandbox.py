@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import socket
 import time
@@ -23,6 +24,7 @@ from kubecua_episode.metrics import Metrics
 from kubecua_episode.observe import build_observation, settle
 from kubecua_episode.reset import RemoteResetter, Resetter
 from kubecua_episode.settings import Settings
+from kubecua_episode.system import SudoSystemState, SystemState, sudo_works
 from kubecua_sandbox_client import (
     EpisodeCreate,
     EpisodeStarted,
@@ -94,6 +96,20 @@ async def _in_thread(fn: Callable[..., T], *args: Any, limit: float, reason: str
         raise ApiError(502, reason, str(e)) from e
 
 
+def system_state(s: Settings) -> SystemState | SudoSystemState:
+    """What resets undo outside the home. The home (restored from its own copy), that copy and
+    the server's cache are never walked; the byte copies sit beside the cache. A server that is
+    not root works through the account's sudo where that works (the image under podman)."""
+    own = tuple(p for p in (s.home, s.pristine_home, s.cache_dir) if p is not None)
+    state = SystemState(s.system_paths, s.system_copies, s.system_top, s.system_exclude + own,
+                        snapshot=s.cache_dir.with_name(s.cache_dir.name + ".system"))  # fmt: skip
+    if state.enabled and os.geteuid() != 0:
+        if sudo_works(s.client_password):
+            return SudoSystemState(state, s.client_password)
+        state.copies = ()  # what this uid may write it removes; root's files it cannot restore
+    return state
+
+
 class Sandbox:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.s, self.metrics = settings, metrics
@@ -101,7 +117,7 @@ class Sandbox:
         self.resetter: Resetter | RemoteResetter = (
             RemoteResetter(self.desktop) if settings.remote
             else Resetter(settings.display, settings.home, settings.pristine_home,
-                          settings.scratch_dir)
+                          settings.scratch_dir, system_state(settings))
         )  # fmt: skip
         self.episode: Episode | None = None
         self.episodes_served = 0
@@ -370,6 +386,8 @@ class Sandbox:
             self.metrics.reset_failures.inc()
         extra = {"episode": ep.id, "reset_seconds": round(seconds, 3), "problems": problems,
                  "killed": self.resetter.killed}  # fmt: skip
+        if isinstance(self.resetter, Resetter) and self.resetter.system.changed:
+            extra["system_changed"] = self.resetter.system.changed[:20]
         log.info("episode released", extra=extra)
         return Released(reset_seconds=round(seconds, 3), clean=not problems)
 

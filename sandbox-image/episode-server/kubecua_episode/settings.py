@@ -56,6 +56,13 @@ class Settings:
     # A directory only the sandbox's apps use (the image's /tmp): reset removes what episodes
     # left there. Unset for local sandboxes, which share the host's /tmp.
     scratch_dir: Path | None = None
+    # Outside the home (kubecua_episode/system.py): trees walked at each reset (new entries
+    # removed, changes restored from a copy or reported), those kept as a byte copy, directories
+    # whose new direct entries are removed (a new /data), and paths left alone. Empty: off.
+    system_paths: tuple[Path, ...] = ()
+    system_copies: tuple[Path, ...] = ()
+    system_top: tuple[Path, ...] = ()
+    system_exclude: tuple[Path, ...] = ()
     cache_dir: Path = field(default_factory=lambda: Path("/tmp/kubecua-episode-cache"))
     max_body_bytes: int = 4 * MiB
     setup_timeout_s: float = 180.0
@@ -93,13 +100,37 @@ class Settings:
             home=path("KUBECUA_HOME"),
             pristine_home=path("KUBECUA_PRISTINE_HOME"),
             scratch_dir=path("KUBECUA_SCRATCH_DIR"),
+            system_paths=paths(e, "KUBECUA_SYSTEM_PATHS"),
+            system_copies=paths(e, "KUBECUA_SYSTEM_COPIES"),
+            system_top=paths(e, "KUBECUA_SYSTEM_TOP"),
+            system_exclude=paths(e, "KUBECUA_SYSTEM_EXCLUDE"),
             cache_dir=path("KUBECUA_CACHE_DIR") or Path("/tmp/kubecua-episode-cache"),
             max_body_bytes=int(e.get("KUBECUA_MAX_BODY_BYTES", str(4 * MiB))),
             idle_timeout_s=float(e.get("KUBECUA_IDLE_TIMEOUT_SECONDS", "600")),
         )
+        for copy in kw["system_copies"]:
+            if not any(copy == r or r in copy.parents for r in kw["system_paths"]):
+                raise SettingsError(
+                    f"KUBECUA_SYSTEM_COPIES: {copy} is not inside any of KUBECUA_SYSTEM_PATHS "
+                    "(only walked trees are restored)"
+                )
         if e.get("KUBECUA_DESKTOP_URL"):
             kw.update(_remote(e))
         return cls(**kw)
+
+
+def paths(e: dict[str, str], name: str) -> tuple[Path, ...]:
+    """A colon-separated list of absolute paths, normalized; empty or unset: none.
+
+    >>> paths({"KUBECUA_SYSTEM_PATHS": "/etc:/opt/"}, "KUBECUA_SYSTEM_PATHS")
+    (PosixPath('/etc'), PosixPath('/opt'))
+    """
+    found = []
+    for part in filter(None, e.get(name, "").split(":")):
+        if not part.startswith("/") or os.path.normpath(part) != (part.rstrip("/") or "/"):
+            raise SettingsError(f"{name}={e[name]!r}: {part!r} is not an absolute, normalized path")
+        found.append(Path(os.path.normpath(part)))
+    return tuple(found)
 
 
 def _remote(e: dict[str, str]) -> dict[str, Any]:
@@ -118,4 +149,5 @@ def _remote(e: dict[str, str]) -> dict[str, Any]:
     if os_name.lower() not in LINUX:
         raise SettingsError(f"KUBECUA_DESKTOP_OS={os_name!r}: only Linux desktops are supported")
     return {"desktop_host": host, "desktop_port": port, "remote": True, "home": None,
-            "pristine_home": None, **ports}  # fmt: skip
+            "pristine_home": None, "system_paths": (), "system_copies": (), "system_top": (),
+            **ports}  # fmt: skip

@@ -3,6 +3,7 @@ plus this episode server, started through the kubecua-sandbox-local launcher."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -65,13 +66,9 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], workdir: Path, limit: fl
     raise TimeoutError(f"{url} not ready after {limit} s")
 
 
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
-    if not DEFAULT_DESKTOP_PYTHON.exists():
-        pytest.skip("desktop-server venv missing: run `make sandbox-env`")
-    if shutil.which("Xvfb") is None:
-        pytest.skip("Xvfb missing: run `make setup-apt`")
-    work = tmp_path_factory.mktemp("sandbox")
+@contextlib.contextmanager
+def launch(work: Path, env: dict[str, str] | None = None) -> Iterator[LocalSandbox]:
+    """A local sandbox through the launcher, its files in `work`; `env` is added to ours."""
     token_file = work / "token"
     token_file.write_text(TOKEN)
     port, display, desktop_port, cdp_port = free_port(), free_display(), free_port(), free_port()
@@ -82,7 +79,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
         "--token-file", str(token_file), "--workdir", str(work),
         "--idle-timeout", str(IDLE_TIMEOUT_S),
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc, work, 120)
@@ -94,3 +91,17 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+def needs_desktop() -> None:
+    if not DEFAULT_DESKTOP_PYTHON.exists():
+        pytest.skip("desktop-server venv missing: run `make sandbox-env`")
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb missing: run `make setup-apt`")
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
+    needs_desktop()
+    with launch(tmp_path_factory.mktemp("sandbox")) as sb:
+        yield sb

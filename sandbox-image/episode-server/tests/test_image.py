@@ -182,6 +182,69 @@ def test_every_process_in_the_container_is_non_root(container: Container) -> Non
     assert {user for user, _ in rows} == {"user"}, top.stdout
 
 
+LEAK = "/opt/kubecua-leak"
+LEAK_TASK: dict[str, Any] = {
+    "id": "image-sudo-leak",
+    "instruction": f"Create the folder {LEAK} (your password is 'password').",
+    "config": [],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "vm_command_line", "shell": True,
+                   "command": f"test -d {LEAK} && echo yes || echo no"},
+        "expected": {"type": "rule", "rules": {"expected": "yes\n"}},
+    },
+}  # fmt: skip
+# Outside the home, as root: a new folder in /opt and at the top of /, a new and an edited /etc
+# file, a deleted one, files in /var/tmp, /dev/shm and root's home.
+LEAK_WRITES = (
+    f"mkdir -p {LEAK}/sub && touch /etc/kubecua-leak.conf && mkdir /data && "
+    "echo 'edited by an episode' >> /etc/issue && rm /etc/issue.net && echo x > /var/tmp/x && "
+    "echo x > /dev/shm/x && echo x > /root/x"
+)
+LEFT = [LEAK, "/etc/kubecua-leak.conf", "/data", "/var/tmp/x", "/dev/shm/x", "/root/x"]
+
+
+def _as_root(container: Container, script: str) -> subprocess.CompletedProcess[str]:
+    """Reads the container's files as root, from outside the sandbox."""
+    return subprocess.run([*PODMAN, "exec", "-u", "0", container.name, "sh", "-c", script],
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def _python_shell(script: str) -> str:
+    return f"import subprocess; subprocess.run({script!r}, shell=True, check=True)"
+
+
+def test_sudo_writes_outside_the_home_are_undone_in_the_container(container: Container) -> None:
+    """podman lets sudo escalate (a pod does not): the episode server, uid 1000 like the
+    account, undoes root's writes through the same sudo."""
+    banners = "stat -c '%n %s %a %U %Y' /etc/issue /etc/issue.net; md5sum /etc/issue*"
+    before = _as_root(container, banners).stdout
+    sudo = _python_shell(f"echo password | sudo -S -p '' sh -c {LEAK_WRITES!r}")
+    score, released = _episode(container.http, [sudo, "DONE"], LEAK_TASK)
+    assert (score, released["clean"]) == (1.0, True), released
+    assert _as_root(container, banners).stdout == before
+    left = _as_root(container, "ls -d " + " ".join(LEFT))
+    assert (left.returncode, left.stdout) == (2, ""), left
+    print(f"image reset seconds: after the sudo writes {released['reset_seconds']}")
+    score, released = _episode(container.http, [], LEAK_TASK)  # its no-op, on the same sandbox
+    assert (score, released["clean"]) == (0.0, True), released
+    print(f"image reset seconds: after its no-op {released['reset_seconds']}")
+
+
+def test_without_privilege_escalation_the_accounts_own_writes_are_undone(
+    token_dir: tuple[str, Path],
+) -> None:
+    """As in a pod (allowPrivilegeEscalation: false): sudo fails, and what uid 1000 writes
+    outside the home and /tmp is removed by the server, of the same uid."""
+    writes = "echo x > /var/tmp/x; echo x > /dev/shm/x; echo password | sudo -S true || true"
+    with _run(token_dir, "--security-opt", "no-new-privileges", IMAGE) as c:
+        score, released = _episode(c.http, [_python_shell(writes), "DONE"], LEAK_TASK)
+        assert (score, released["clean"]) == (0.0, True), released
+        left = _as_root(c, "ls -d /var/tmp/x /dev/shm/x")
+        assert (left.returncode, left.stdout) == (2, ""), left
+        assert "system_changed" in _logs(c.name)
+
+
 # Remote mode: the setup clears the result itself (a remote home is not restored between
 # episodes) and opens gedit, a window the release must close.
 RESULT = "/home/user/remote.txt"
