@@ -20,3 +20,10 @@ node-images: setup-apt trainer-env
 test-e2e: tests-env setup-go setup-node node-images sandbox-env operator-env trainer-env \
 		$(TINY_MODEL_STAMP)
 	cd tests && .venv/bin/pytest -q e2e $(addprefix --ignore=,$(CHART_TESTS))
+
+# Every make bench-* target, as a user runs it, in its small smoke mode (tests/bench/): each runs
+# to the end and prints its figures, which must be present and sane. About 6 min on this machine.
+TEST_TARGETS += test-bench-smoke
+.PHONY: test-bench-smoke
+test-bench-smoke: tests-env ## every make bench-* target in its smoke mode: runs to the end, sane JSON
+	cd tests && .venv/bin/pytest -q -s bench

@@ -12,4 +12,4 @@ test-desktop: desktop-env desktop-host ## desktop server tests against real Xvfb
 	cd sandbox-image/desktop-server && .venv/bin/pytest -q
 .PHONY: bench-desktop
 bench-desktop: desktop-env desktop-host ## JSON: capture (MIT-SHM, XGetImage, ImageGrab) and encode at 1920x1080, GET /screenshot
-	cd sandbox-image/desktop-server && .venv/bin/python -m kubecua_desktop.bench
+	cd sandbox-image/desktop-server && .venv/bin/python -m kubecua_desktop.bench $(BENCH_ARGS)
