@@ -14,8 +14,8 @@ import logging
 
 import kopf
 
-from kubecua_operator import logging_setup, tokens
 from kubecua_operator import main as _handlers  # noqa: F401  (registers the kopf handlers)
+from kubecua_operator import tokens
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -24,7 +24,10 @@ def cli(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--liveness", default="", help="e.g. http://0.0.0.0:8081/healthz")
     args = parser.parse_args(argv)
-    logging_setup.configure(logging.DEBUG if args.verbose else logging.INFO)
+    # kopf's JSON lines: message, timestamp, severity, and the object of a per-object logger.
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.JSON)
+    for chatty in ("kubernetes", "httpx"):  # one line per request at DEBUG
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         tokens.key()  # refuse to start with no usable key rather than fail at the first pool
     except tokens.TokenKeyError as err:

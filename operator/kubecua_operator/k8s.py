@@ -43,6 +43,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "TrainingRun": ("/apis/kubecua.dev/v1alpha1", "trainingruns"),
 }
 MERGE = "application/merge-patch+json"
+APPLY = "application/apply-patch+yaml"  # JSON is YAML: the client sends the dict as JSON
+MANAGER = "kubecua-operator"  # the field manager of everything apply() writes
 
 
 class Kube:
@@ -130,17 +132,13 @@ class Kube:
                 return False
             raise
 
-    def apply(self, obj: Obj) -> bool:
-        """Create, or merge-patch the fields we own when it exists; True if anything was written."""
-        if self.create(obj):
-            return True
+    def apply(self, obj: Obj) -> Obj:
+        """Server-side apply as field manager `kubecua-operator`: creates `obj`, or puts back
+        every field it sets (force: whoever changed one since loses it); fields it does not set
+        are left to their own managers. A no-op when nothing differs (no new resourceVersion)."""
         meta = obj["metadata"]
-        current = self.get(obj["kind"], meta["namespace"], meta["name"]) or {}
-        want = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        if _contains(current, want):
-            return False
-        self.patch(obj["kind"], meta["namespace"], meta["name"], want)
-        return True
+        path = self.path(obj["kind"], meta["namespace"], meta["name"])
+        return self.request("PATCH", f"{path}?fieldManager={MANAGER}&force=true", obj, APPLY)
 
     def has_resource(self, group_version: str, plural: str) -> bool:
         """Whether the API serves `plural` in `group_version` (e.g. a CRD is installed)."""
@@ -151,24 +149,6 @@ class Kube:
                 return False
             raise
         return any(r.get("name") == plural for r in out.get("resources", []))
-
-
-def _contains(current: Any, want: Any) -> bool:
-    """Whether every field in `want` has that value in `current` (server defaults ignored;
-    the server drops empty lists and maps, so those match an absent field)."""
-    if want in ([], {}) and current is None:
-        return True
-    if isinstance(want, dict):
-        return isinstance(current, dict) and all(
-            _contains(current.get(k), v) for k, v in want.items()
-        )
-    if isinstance(want, list):
-        return (
-            isinstance(current, list)
-            and len(current) == len(want)
-            and all(_contains(c, w) for c, w in zip(current, want, strict=True))
-        )
-    return bool(current == want)
 
 
 def adopt(obj: Obj, owner: Any) -> Obj:

@@ -7,15 +7,17 @@ finalizer is ours, and API errors are retried with backoff instead of crashing h
 from __future__ import annotations
 
 import logging
-import os
 from functools import lru_cache
 
 import kopf
-from pydantic import BaseModel, Field
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """Every knob, read once from KUBECUA_OPERATOR_<NAME> environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="KUBECUA_OPERATOR_")
 
     # The names hack/build-images.sh gives (no registry); the chart sets the same.
     sandbox_image: str = Field(
@@ -59,13 +61,7 @@ class Settings(BaseModel):
 
 @lru_cache(maxsize=1)
 def get() -> Settings:
-    prefix = "KUBECUA_OPERATOR_"
-    values = {
-        name: os.environ[prefix + name.upper()]
-        for name in Settings.model_fields
-        if prefix + name.upper() in os.environ
-    }
-    return Settings.model_validate(values)
+    return Settings()
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:

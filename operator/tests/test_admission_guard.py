@@ -169,10 +169,11 @@ def test_every_object_the_operator_builds_is_admitted(cluster, kube, guard, name
     op = acting_as(cluster, OPERATOR)
     wait_default_account(kube, namespace)
     run = owned_run(kube, namespace, rollout={"engine": "sglang"}, checkpoint={"volume": "ckpt"})
-    # The run's children, for real: its Job's pods are made by the Job controller and its
-    # Deployment's by the ReplicaSet controller, each checked by the workloads policy.
+    # The run's children, for real and as the operator writes them (server-side apply, which
+    # creates): its Job's pods are made by the Job controller and its Deployment's by the
+    # ReplicaSet controller, each checked by the workloads policy.
     for obj in static_children(run, with_pod_monitor=False):
-        create(op, adopt(obj, run), namespace, dry=False)
+        assert op.apply(adopt(obj, run))["metadata"]["uid"], obj["kind"]
     create(op, trainer_job(run), namespace, dry=False)
     trainers = wait_until(
         lambda: kube.list("Pod", namespace, f"{names.RUN_LABEL}=qwen,job-name=qwen-trainer"),
@@ -324,6 +325,9 @@ def test_operator_patches_and_deletes_only_what_it_owns(cluster, kube, guard, na
                  "data": {"theirs": "yes"}})  # fmt: skip
     overwrite = {"data": {"trainingrun.yaml": "evil"}}
     assert OWNED in refusal(patch, op, "ConfigMap", namespace, "qwen-config", overwrite)
+    meta = {"name": "qwen-config", "namespace": namespace}
+    applied = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, **overwrite}
+    assert OWNED in refusal(op.apply, applied)  # server-side apply is an UPDATE just the same
     # Its own objects, yes; and of a SandboxPool only the status, never the spec.
     kube.create(pool_manifest("desks", namespace, 1))
     pool = wait_until(lambda: kube.get("SandboxPool", namespace, "desks"), 30, "the pool")

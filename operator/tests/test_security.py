@@ -31,7 +31,7 @@ RELEASE, OP_NS = "audit", "kubecua-audit"
 SA = f"system:serviceaccount:{OP_NS}:{RELEASE}-kubecua-operator"
 R = {"get", "list", "watch"}
 CRUD = {"get", "list", "watch", "create", "patch", "delete"}
-APPLY = {"get", "create", "patch"}  # create, or read and patch what differs
+APPLY = {"create", "patch"}  # server-side apply: a patch, which may create
 # Every verb the chart grants, resource by resource (docs/reliability.md says why each).
 GRANTED = {
     "sandboxpools.kubecua.dev": {"list", "watch", "patch"},
@@ -42,7 +42,7 @@ GRANTED = {
     "services": CRUD,
     "endpointslices.discovery.k8s.io": CRUD,
     "secrets": {"create"},
-    "configmaps": APPLY,
+    "configmaps": APPLY | {"get"},  # get only for a trainer's Role
     "serviceaccounts": APPLY,
     "events": {"create"},
     "networkpolicies.networking.k8s.io": APPLY,
@@ -52,6 +52,7 @@ GRANTED = {
     "deployments.apps": APPLY,
     "virtualmachines.kubevirt.io": {"get", "list", "create", "patch", "delete"},
     "podmonitors.monitoring.coreos.com": APPLY,
+    "workloads.kueue.x-k8s.io": {"list", "patch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
     "namespaces": {"list", "watch"},
 }

@@ -31,32 +31,41 @@ escalation check), so no `escalate` or `bind`. */}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
-# A run's ConfigMap and ServiceAccount, kept equal to the spec (read, then patch the difference).
+# The children kept equal to the spec by server-side apply: a PATCH, and create when it makes one.
+# get of ConfigMaps only to grant it to a trainer (its Role reads its config).
 - apiGroups: [""]
-  resources: [configmaps, serviceaccounts]
+  resources: [configmaps]
   verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [create, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
 # A trainer's Role and RoleBinding (discover sandboxes, read its config, patch its status).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, create, patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
 - apiGroups: [kubevirt.io]
   resources: [virtualmachines]
   verbs: [get, list, create, patch, delete]
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
+# Kueue's Workload of a queued run's Job: list (by the Job's uid label) to show its admission in
+# the run's Admitted condition, and patch spec.active, how spec.suspend pauses a queued run.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list, patch]
 {{- end -}}
 
 {{/* kopf itself, cluster-wide in either scope: it follows CRDs appearing, and lists the

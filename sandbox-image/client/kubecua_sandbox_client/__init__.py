@@ -23,6 +23,7 @@ from kubecua_sandbox_client.models import (
     StepResult,
 )
 from kubecua_sandbox_client.success import SUCCESS_SCORE, is_success
+from kubecua_sandbox_client.token import TokenError, read_token
 
 __all__ = [
     "SPECIAL_ACTIONS",
@@ -44,5 +45,7 @@ __all__ = [
     "SettleOptions",
     "StepRequest",
     "StepResult",
+    "TokenError",
     "is_success",
+    "read_token",
 ]

@@ -30,9 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings(host=args.host, port=args.port)
-    settings.trust_loopback = settings.trust_loopback or args.trust_loopback
     try:
+        settings = Settings.from_env(host=args.host, port=args.port)
+        settings.trust_loopback = settings.trust_loopback or args.trust_loopback
         app = create_app(settings)
     except SettingsError as exc:
         sys.exit(f"kubecua-desktop-server: {exc}")

@@ -31,7 +31,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(settings: Settings, desktop: Desktop | None = None) -> FastAPI:
-    settings.validate()
+    settings.validate_token()
     desktop = desktop or make_desktop(settings)
 
     @asynccontextmanager

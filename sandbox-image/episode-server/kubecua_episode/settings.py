@@ -1,13 +1,18 @@
 """Episode server settings, from KUBECUA_* environment variables (the launcher and the image set
-them). One dataclass, no config framework: the server has a dozen knobs."""
+them), read by pydantic-settings; the token by the sandbox client's one reader."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from kubecua_sandbox_client import TokenError, read_token
 
 MiB = 1024 * 1024
 LINUX = ("ubuntu", "debian", "linux")
@@ -33,19 +38,35 @@ def parse_url(name: str, value: str, default_port: int) -> tuple[str, int]:
     return url.hostname, port
 
 
-def read_token(env: dict[str, str]) -> str:
-    """KUBECUA_SANDBOX_TOKEN, else the file named by KUBECUA_SANDBOX_TOKEN_FILE (a mounted
-    Secret). Empty means no token: the server then refuses to start (see app.build_app)."""
-    token = env.get("KUBECUA_SANDBOX_TOKEN", "")
-    path = env.get("KUBECUA_SANDBOX_TOKEN_FILE", "")
-    if not token and path:
-        token = Path(path).read_text().strip()
-    return token
+def colon_paths(value: Any, info: ValidationInfo) -> tuple[Path, ...]:
+    """A colon-separated list of absolute paths, normalized; empty or unset: none.
+
+    >>> Settings(token="t", system_paths="/etc:/opt/").system_paths
+    (PosixPath('/etc'), PosixPath('/opt'))
+    """
+    if not isinstance(value, str):
+        return tuple(value)
+    found = []
+    for part in filter(None, value.split(":")):
+        if not part.startswith("/") or os.path.normpath(part) != (part.rstrip("/") or "/"):
+            name = f"KUBECUA_{(info.field_name or '').upper()}"
+            raise SettingsError(f"{name}={value!r}: {part!r} is not an absolute, normalized path")
+        found.append(Path(os.path.normpath(part)))
+    return tuple(found)
 
 
-@dataclass
-class Settings:
-    token: str
+Paths = Annotated[tuple[Path, ...], NoDecode, BeforeValidator(colon_paths)]
+
+
+class Settings(BaseSettings):
+    """Each field F is read from KUBECUA_<F> (idle_timeout_s: KUBECUA_IDLE_TIMEOUT_SECONDS); an
+    empty variable counts as unset. The token and the remote desktop are set by `from_env`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="KUBECUA_", env_ignore_empty=True, validate_by_name=True
+    )
+
+    token: str = ""
     desktop_host: str = "127.0.0.1"
     desktop_port: int = 5000
     cdp_port: int = 9222
@@ -59,81 +80,59 @@ class Settings:
     # Outside the home (kubecua_episode/system.py): trees walked at each reset (new entries
     # removed, changes restored from a copy or reported), those kept as a byte copy, directories
     # whose new direct entries are removed (a new /data), and paths left alone. Empty: off.
-    system_paths: tuple[Path, ...] = ()
-    system_copies: tuple[Path, ...] = ()
-    system_top: tuple[Path, ...] = ()
-    system_exclude: tuple[Path, ...] = ()
-    cache_dir: Path = field(default_factory=lambda: Path("/tmp/kubecua-episode-cache"))
+    system_paths: Paths = ()
+    system_copies: Paths = ()
+    system_top: Paths = ()
+    system_exclude: Paths = ()
+    cache_dir: Path = Path("/tmp/kubecua-episode-cache")
     max_body_bytes: int = 4 * MiB
-    setup_timeout_s: float = 180.0
-    step_timeout_s: float = 120.0
-    evaluate_timeout_s: float = 180.0
-    reset_timeout_s: float = 60.0
     # An episode with no call for this long is released (0: never). A trainer that died
     # mid-episode would otherwise leave the sandbox busy (409) for good.
-    idle_timeout_s: float = 600.0
-    screen_width: int = 1920
-    screen_height: int = 1080
-    client_password: str = "password"  # OSWorld convention: user `user`, password `password`
+    idle_timeout_s: float = Field(600.0, validation_alias="KUBECUA_IDLE_TIMEOUT_SECONDS")
     # Remote desktop (a VM, KUBECUA_DESKTOP_URL): no local display or home; reset closes the
     # episode's windows through the desktop API and cannot restore the home (see reset.py).
     remote: bool = False
+    # Not settings: OSWorld's conventions and this server's limits.
+    setup_timeout_s: ClassVar[float] = 180.0
+    step_timeout_s: ClassVar[float] = 120.0
+    evaluate_timeout_s: ClassVar[float] = 180.0
+    reset_timeout_s: ClassVar[float] = 60.0
+    screen_width: ClassVar[int] = 1920
+    screen_height: ClassVar[int] = 1080
+    client_password: ClassVar[str] = "password"  # OSWorld: user `user`, password `password`
 
     @property
     def desktop_url(self) -> str:
         return f"http://{self.desktop_host}:{self.desktop_port}"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        e = dict(os.environ if env is None else env)
-
-        def path(name: str) -> Path | None:
-            return Path(e[name]) if e.get(name) else None
-
-        kw: dict[str, Any] = dict(
-            token=read_token(e),
-            desktop_host=e.get("KUBECUA_DESKTOP_HOST", "127.0.0.1"),
-            desktop_port=int(e.get("KUBECUA_DESKTOP_PORT", "5000")),
-            cdp_port=int(e.get("KUBECUA_CDP_PORT", "9222")),
-            vlc_port=int(e.get("KUBECUA_VLC_PORT", "8080")),
-            display=e.get("KUBECUA_DISPLAY", ":0"),
-            home=path("KUBECUA_HOME"),
-            pristine_home=path("KUBECUA_PRISTINE_HOME"),
-            scratch_dir=path("KUBECUA_SCRATCH_DIR"),
-            system_paths=paths(e, "KUBECUA_SYSTEM_PATHS"),
-            system_copies=paths(e, "KUBECUA_SYSTEM_COPIES"),
-            system_top=paths(e, "KUBECUA_SYSTEM_TOP"),
-            system_exclude=paths(e, "KUBECUA_SYSTEM_EXCLUDE"),
-            cache_dir=path("KUBECUA_CACHE_DIR") or Path("/tmp/kubecua-episode-cache"),
-            max_body_bytes=int(e.get("KUBECUA_MAX_BODY_BYTES", str(4 * MiB))),
-            idle_timeout_s=float(e.get("KUBECUA_IDLE_TIMEOUT_SECONDS", "600")),
-        )
-        for copy in kw["system_copies"]:
-            if not any(copy == r or r in copy.parents for r in kw["system_paths"]):
+    def from_env(cls) -> Settings:
+        """From the process environment; SettingsError names the variable that is wrong."""
+        env = os.environ
+        try:
+            kw: dict[str, Any] = {"token": read_token() or "", "remote": False}
+            if env.get("KUBECUA_DESKTOP_URL"):
+                kw.update(_remote(env))
+            settings = cls(**kw)
+        except TokenError as e:
+            raise SettingsError(str(e)) from None
+        except ValidationError as e:
+            err = e.errors()[0]
+            if isinstance(cause := err.get("ctx", {}).get("error"), SettingsError):
+                raise SettingsError(str(cause)) from None
+            loc = str(err["loc"][0])  # a field's name, or the variable it has as alias
+            name = loc if loc.startswith("KUBECUA_") else f"KUBECUA_{loc.upper()}"
+            raise SettingsError(f"{name}={err['input']!r}: {err['msg']}") from None
+        for copy in settings.system_copies:
+            if not any(copy == r or r in copy.parents for r in settings.system_paths):
                 raise SettingsError(
                     f"KUBECUA_SYSTEM_COPIES: {copy} is not inside any of KUBECUA_SYSTEM_PATHS "
                     "(only walked trees are restored)"
                 )
-        if e.get("KUBECUA_DESKTOP_URL"):
-            kw.update(_remote(e))
-        return cls(**kw)
+        return settings
 
 
-def paths(e: dict[str, str], name: str) -> tuple[Path, ...]:
-    """A colon-separated list of absolute paths, normalized; empty or unset: none.
-
-    >>> paths({"KUBECUA_SYSTEM_PATHS": "/etc:/opt/"}, "KUBECUA_SYSTEM_PATHS")
-    (PosixPath('/etc'), PosixPath('/opt'))
-    """
-    found = []
-    for part in filter(None, e.get(name, "").split(":")):
-        if not part.startswith("/") or os.path.normpath(part) != (part.rstrip("/") or "/"):
-            raise SettingsError(f"{name}={e[name]!r}: {part!r} is not an absolute, normalized path")
-        found.append(Path(os.path.normpath(part)))
-    return tuple(found)
-
-
-def _remote(e: dict[str, str]) -> dict[str, Any]:
+def _remote(e: Mapping[str, str]) -> dict[str, Any]:
     """KUBECUA_DESKTOP_URL (+ KUBECUA_CDP_URL, KUBECUA_VLC_URL, KUBECUA_DESKTOP_OS), as the
     operator's kubevirt backend sets them. desktop-env reaches every service through one host
     (its vm_ip), so CDP and VLC must live on the desktop's host; only their ports may differ."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kubecua_episode.metrics import Metrics
 from kubecua_episode.sandbox import Sandbox
 from kubecua_episode.settings import Settings
@@ -33,9 +35,11 @@ def test_a_local_sandbox_gets_its_own_home_and_cdp_port(tmp_path: Path) -> None:
     assert touch == f"touch {tmp_path}/home/a.txt"
 
 
-def test_a_remote_desktop_gets_the_task_unchanged() -> None:
+def test_a_remote_desktop_gets_the_task_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"KUBECUA_SANDBOX_TOKEN": "t", "KUBECUA_DESKTOP_URL": "http://vm-0-desktop:5000",
            "KUBECUA_CDP_URL": "http://vm-0-desktop:31222"}  # fmt: skip
-    settings = Settings.from_env(env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings.from_env()
     assert (settings.remote, settings.cdp_port) == (True, 31222)
     assert Sandbox(settings, Metrics()).localize(TASK) == TASK

@@ -162,20 +162,29 @@ def test_a_change_with_no_copy_to_restore_leaves_the_sandbox_not_clean(
         ({"KUBECUA_SYSTEM_TOP": "/a/../b"}, "KUBECUA_SYSTEM_TOP='/a/../b'"),
         ({"KUBECUA_SYSTEM_PATHS": "/opt", "KUBECUA_SYSTEM_COPIES": "/etc"},
          "KUBECUA_SYSTEM_COPIES: /etc is not inside any of KUBECUA_SYSTEM_PATHS"),
+        ({"KUBECUA_DESKTOP_PORT": "x"}, "KUBECUA_DESKTOP_PORT='x': Input should be a valid int"),
+        ({"KUBECUA_IDLE_TIMEOUT_SECONDS": "soon"}, "KUBECUA_IDLE_TIMEOUT_SECONDS='soon'"),
+        ({"KUBECUA_SANDBOX_TOKEN": "", "KUBECUA_SANDBOX_TOKEN_FILE": "/nonexistent"},
+         "cannot read KUBECUA_SANDBOX_TOKEN_FILE=/nonexistent"),
     ],
 )  # fmt: skip
-def test_a_bad_system_scope_is_refused_naming_the_variable(
-    env: dict[str, str], message: str
+def test_a_bad_setting_is_refused_naming_the_variable(
+    env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for name, value in {"KUBECUA_SANDBOX_TOKEN": "t", **env}.items():
+        monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError, match=re.escape(message)):
-        Settings.from_env({"KUBECUA_SANDBOX_TOKEN": "t", **env})
+        Settings.from_env()
 
 
-def test_the_scope_parses_into_paths() -> None:
-    s = Settings.from_env({"KUBECUA_SANDBOX_TOKEN": "t", **LOCAL_SYSTEM_SCOPE})
+def test_the_scope_parses_into_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECUA_SANDBOX_TOKEN", "t")
+    assert Settings.from_env().system_paths == ()
+    for name, value in LOCAL_SYSTEM_SCOPE.items():
+        monkeypatch.setenv(name, value)
+    s = Settings.from_env()
     assert s.system_paths == (Path("/etc"), Path("/opt"), Path("/srv"))
     assert (s.system_copies, s.system_top) == ((Path("/etc"),), (Path("/"), Path("/home")))
-    assert Settings.from_env({"KUBECUA_SANDBOX_TOKEN": "t"}).system_paths == ()
 
 
 def test_the_local_scope_walk_is_cheap() -> None:

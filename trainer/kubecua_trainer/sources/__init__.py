@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from kubecua_sandbox_client import read_token
 from kubecua_trainer.config import ConfigError, SandboxesConfig
 from kubecua_trainer.sources.leases import Lease, SandboxLeases
 
@@ -25,15 +25,6 @@ class SandboxSource(Protocol):
 
     async def start(self, leases: SandboxLeases) -> None: ...
     async def stop(self) -> None: ...
-
-
-def token_from_env() -> str | None:
-    """The sandbox bearer token: $KUBECUA_SANDBOX_TOKEN or the file $KUBECUA_SANDBOX_TOKEN_FILE."""
-    if token := os.environ.get("KUBECUA_SANDBOX_TOKEN"):
-        return token.strip()
-    if path := os.environ.get("KUBECUA_SANDBOX_TOKEN_FILE"):
-        return Path(path).read_text().strip()
-    return None
 
 
 log = logging.getLogger(__name__)
@@ -63,11 +54,11 @@ def resolve_token(cfg: SandboxesConfig, namespace: str | None, api: Any = None) 
     $KUBECUA_SANDBOX_TOKEN(_FILE) (e.g. the operator's mounted copy when the trainer may not read
     Secrets). A tokenSecretRef with neither raises ConfigError; no ref and no env gives None."""
     if cfg.token_secret_ref is None:
-        return token_from_env()
+        return read_token()
     try:
         return secret_token(cfg.token_secret_ref, namespace or "default", api)
     except LookupError as err:
-        fallback = token_from_env()
+        fallback = read_token()
         if fallback is None:
             raise ConfigError(f"spec.sandboxes.tokenSecretRef: {err}") from None
         log.warning("sandbox token from the environment: tokenSecretRef unreadable: %s", err)
@@ -96,5 +87,4 @@ __all__ = [
     "SandboxSource",
     "build_source",
     "resolve_token",
-    "token_from_env",
 ]

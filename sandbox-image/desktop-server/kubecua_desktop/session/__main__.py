@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kubecua_desktop.session.procs import SessionError
 from kubecua_desktop.session.session import DesktopSession, SessionConfig
-from kubecua_desktop.settings import SettingsError, read_token
+from kubecua_sandbox_client import TokenError, read_token
 
 
 def parse(argv: list[str] | None) -> SessionConfig:
@@ -51,7 +51,7 @@ def parse(argv: list[str] | None) -> SessionConfig:
 def main(argv: list[str] | None = None) -> None:
     try:
         config = parse(argv)
-    except SettingsError as exc:
+    except TokenError as exc:
         sys.exit(f"kubecua-desktop-session: {exc}")
     if not config.token and not config.trust_loopback:
         sys.exit("kubecua-desktop-session: set KUBECUA_SANDBOX_TOKEN(_FILE) or --trust-loopback")
