@@ -120,12 +120,17 @@ def node_for(cluster: Cluster) -> real.RealNode:
     return real.RealNode(cluster.name, cluster.kubeconfig, cluster_dir(cluster.name) / "pki")
 
 
+# The images pods run (the chart's and the examples'), of those `make images` built into podman.
+# Not every localhost/kubecua image: a build intermediate (a VM's rootfs, 4.6 GB) imported too
+# filled this machine's disk and put the node under DiskPressure.
+NODE_IMAGES = ("operator", "sandbox", "trainer")
+
+
 def local_images() -> list[str]:
-    """kubecua's images that `make images` built into podman: the node runs those."""
+    """kubecua's images that `make images` built into podman and that the node runs."""
     out = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout.split()
-    return sorted(
-        ref for ref in out if ref.startswith("localhost/kubecua/") and "/pause:" not in ref
-    )
+    wanted = {f"localhost/kubecua/{name}:" for name in NODE_IMAGES}
+    return sorted(ref for ref in out if any(ref.startswith(w) for w in wanted))
 
 
 def _node_names(cluster: Cluster) -> list[str]:
