@@ -41,7 +41,7 @@ TEST_TARGETS :=
 LINT_TARGETS :=
 include $(sort $(wildcard */make.mk */*/make.mk))
 
-.PHONY: help setup setup-apt setup-uv setup-go lint test demo images cluster-up cluster-down clean-cache
+.PHONY: help setup setup-apt setup-uv setup-go setup-addons lint test demo images cluster-up cluster-down clean-cache
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
@@ -54,7 +54,10 @@ setup-uv: ## install the pinned uv into the cache
 setup-go: ## build the control plane, kwok and helm from the Go module proxy (cached)
 	hack/build-control-plane.sh
 
-setup: setup-apt setup-uv setup-go $(SETUP_TARGETS) ## everything the suite needs
+setup-addons: ## build Kueue and prometheus-operator from the Go module proxy (cached)
+	hack/build-cluster-addons.sh
+
+setup: setup-apt setup-uv setup-go setup-addons $(SETUP_TARGETS) ## everything the suite needs
 
 lint: setup-uv $(LINT_TARGETS) lint-paths ## ruff format check, ruff lint and mypy per component; named paths exist
 

@@ -3,7 +3,7 @@ $(eval $(call python-project,operator,operator))
 TEST_TARGETS += test-operator
 .PHONY: test-operator bench-operator run-operator
 
-test-operator: operator-env setup-go ## operator unit tests and its tests on the real control plane (kwok)
+test-operator: operator-env setup-go setup-addons ## operator unit tests and its tests on the real control plane (kwok; Kueue's tests run Kueue)
 	cd operator && .venv/bin/pytest -q
 
 bench-operator: operator-env setup-go tests-env ## SandboxPool 0->1000 on kwok and discovery latency; prints JSON (BENCH_ARGS=--smoke)

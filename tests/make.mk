@@ -17,7 +17,7 @@ node-images: setup-apt trainer-env
 
 # The chart's own test files run under test-charts; everything else in e2e/ runs here.
 # The tiny model's rule is in trainer/make.mk; its stamp's name is set in the top Makefile.
-test-e2e: tests-env setup-go setup-node node-images sandbox-env operator-env trainer-env \
+test-e2e: tests-env setup-go setup-addons setup-node node-images sandbox-env operator-env trainer-env \
 		$(TINY_MODEL_STAMP)
 	cd tests && .venv/bin/pytest -q e2e $(addprefix --ignore=,$(CHART_TESTS))
 

@@ -6,6 +6,11 @@ here: `Discovery` lists the selected pods and EndpointSlices and writes them as 
 files, which Prometheus re-reads when they change. Only the fields the chart uses are translated
 (matchLabels, matchExpressions In, namespaceSelector, port, path, honorLabels, podTargetLabels);
 anything else is refused, so a chart change cannot be silently ignored.
+
+To retire: prometheus-operator now does this job for real (kubecua_testkit.k8s_sd feeds its
+generated configuration; docs/cluster-integrations.md). Only
+tests/e2e/test_real_node_user_journey.py still uses this module; once it runs the real operator
+too, delete it.
 """
 
 from __future__ import annotations

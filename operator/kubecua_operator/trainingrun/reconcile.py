@@ -10,11 +10,13 @@ readiness and the trainer Job from kopf indexes;
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from kubecua_operator import conditions, events, metrics, wakeups
 from kubecua_operator import settings as settings_mod
@@ -105,23 +107,51 @@ def observe(
     )
 
 
+def queue_of(spec: Obj) -> str:
+    return str((spec.get("kueue") or {}).get("queueName") or "")
+
+
+async def read_admission(api: Kube, run: Obj, seen: status.Observed) -> status.Admission | None:
+    """The Workload Kueue made for this run's Job (labelled with the Job's uid), if any."""
+    if not queue_of(run["spec"]) or seen.job is None or not seen.job.uid:
+        return None
+    selector = f"kueue.x-k8s.io/job-uid={seen.job.uid}"
+    try:
+        found = await call(api.list, "Workload", run["metadata"]["namespace"], selector)
+    except ApiException as err:
+        if err.status == 404:  # Kueue is not installed: the Job just stays suspended
+            return None
+        raise
+    return status.summarize_workload(found[0]) if found else None
+
+
 async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
-    """Create the Job when sandboxes allow; keep Job.spec.suspend equal to spec.suspend."""
+    """Create the Job when sandboxes allow; keep Job.spec.suspend equal to spec.suspend.
+    Under Kueue the Job is created suspended and Kueue unsuspends it on admission; spec.suspend
+    then deactivates the Workload (spec.active), since Kueue would unsuspend a Job whose Workload
+    is still admitted, and Kueue suspends the Job itself as it evicts."""
     spec, meta = run["spec"], run["metadata"]
     suspend = bool(spec.get("suspend"))
+    kueue = bool(queue_of(spec))
     old_phase = (run.get("status") or {}).get("phase")
     if seen.job is None:
         gate = conditions.is_true(
             [status.sandboxes_condition(spec, seen, 0)], conditions.SANDBOXES_READY
         )
-        if gate and not seen.invalid and old_phase not in TERMINAL:
-            kueue = bool((spec.get("kueue") or {}).get("queueName"))
+        if gate and not seen.invalid and old_phase not in TERMINAL and not (kueue and suspend):
             body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool)
             adopt(body, run)
             await call(api.create, body)
         return
-    kueue_admits = bool((spec.get("kueue") or {}).get("queueName")) and not suspend
-    if seen.job.suspend != suspend and not kueue_admits and not seen.job.complete:
+    if seen.job.complete:
+        return
+    if kueue:
+        queued = seen.admission
+        if queued and queued.active == suspend:
+            patch = {"spec": {"active": not suspend}}
+            await call(api.patch, "Workload", meta["namespace"], queued.workload, patch)
+        return
+    if seen.job.suspend != suspend:
         patch = {"spec": {"suspend": suspend}}
         await call(api.patch, "Job", meta["namespace"], seen.job.name, patch)
 
@@ -139,6 +169,9 @@ async def reconcile_run(
 ) -> None:
     api = kube()
     seen = observe(run, jobs, pools, pods)
+    admission = await read_admission(api, run, seen)
+    if admission:
+        seen = dataclasses.replace(seen, admission=admission)
     if not seen.invalid:
         await ensure_static(api, run, memory)
         await drive_job(api, run, seen)

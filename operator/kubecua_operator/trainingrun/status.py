@@ -191,7 +191,9 @@ def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
     ]  # fmt: skip
     if seen.admission:  # Kueue's reason verbatim: Admitted, Pending, Deactivated, Preempted...
         a = seen.admission
-        conds.append(c.make(c.ADMITTED, a.admitted, a.reason, f"Workload {a.workload}: {a.message}", gen))
+        conds.append(
+            c.make(c.ADMITTED, a.admitted, a.reason, f"Workload {a.workload}: {a.message}", gen)
+        )
     demand = demand_condition(spec, phase, seen, gen)
     if demand:
         conds.append(demand)
