@@ -55,6 +55,12 @@ class Desktop:
             raise DesktopError(f"POST {path}: HTTP {resp.status_code}: {resp.text[:300]}")
         return resp
 
+    def fresh_connections(self) -> None:
+        """Drop kept-alive connections. A VM desktop restored from a snapshot between episodes
+        (kubecua_episode.vm) knows none made after the snapshot: its first answer on one would be
+        a closed connection."""
+        self._http.close()  # the session stays usable; it opens new connections on demand
+
     def screenshot_png(self, timeout: float = 10.0) -> bytes:
         try:
             resp = self._http.get(self.base_url + "/screenshot", timeout=timeout)

@@ -225,6 +225,8 @@ class Sandbox:
         ep = Episode(id=eid, request=req, started=time.monotonic())
         self.episode = ep  # claimed before the first await: a concurrent POST now gets 409
         self.metrics.busy.set(1)
+        if self.s.remote:
+            self.desktop.fresh_connections()  # the desktop may be a VM restored since
         try:
             started = await self._start(ep, req)
             if ep.released_early:  # its caller gave up and released it meanwhile (unscored)

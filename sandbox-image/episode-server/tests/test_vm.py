@@ -1,0 +1,199 @@
+"""Desktop VMs (kubecua_episode.vm): our desktop disk (hack/build-vm-disk.sh) booted with qemu on a
+copy-on-write overlay, snapshotted once ready, and restored from that snapshot.
+
+One VM for the module (a boot under qemu's emulator takes minutes here: this machine's KVM is
+kvm_pvm, which runs no stock kernel; docs/vm-desktops.md), plus one rebuild in the last test.
+Every check reads state through the guest's desktop server, the way an episode does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kubecua_episode.vm.runner import VmError, VmRunner, VmSpec, free_port
+from kubecua_sandbox_client import ObservationOptions, SandboxClient, SettleOptions
+
+pytestmark = pytest.mark.vm
+TOKEN = "vm-token-" + os.urandom(4).hex()
+KEY = ["org.gnome.desktop.interface", "color-scheme"]
+PROBE = "/home/user/Desktop/episode-left-this.txt"
+
+
+def disk_dir() -> Path:
+    """KUBECUA_VM_DISK_DIR, else the one disk hack/build-vm-disk.sh keeps in the cache."""
+    if os.environ.get("KUBECUA_VM_DISK_DIR"):
+        return Path(os.environ["KUBECUA_VM_DISK_DIR"])
+    cache = Path(os.environ.get("KUBECUA_CACHE", Path.home() / ".cache/kubecua")) / "vm"
+    built = sorted(p for p in cache.glob("*/disk.qcow2"))
+    if not built:
+        pytest.skip("no VM disk: run hack/build-vm-disk.sh (make vm-disk)")
+    return built[-1].parent
+
+
+@pytest.fixture(scope="module")
+def vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VmRunner]:
+    for tool in ("qemu-system-x86_64", "qemu-img", "mkfs.ext4"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} missing: run `make setup-apt` (hack/apt/vm.txt)")
+    spec = VmSpec.from_built_disk(disk_dir(), token=TOKEN)
+    runner = VmRunner(spec, tmp_path_factory.mktemp("vm0"))
+    runner.boot()
+    runner.snapshot()
+    yield runner
+    runner.stop()
+
+
+def desktop(vm: VmRunner) -> httpx.Client:
+    return httpx.Client(base_url=vm.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60.0)
+
+
+def sh(vm: VmRunner, script: str) -> tuple[int, str]:
+    with desktop(vm) as http:
+        r = http.post("/execute", json={"command": script, "shell": True})
+    r.raise_for_status()
+    body = r.json()
+    return int(body["returncode"]), str(body.get("output", ""))
+
+
+def wait_for(condition: object, limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not true after {limit} s")
+        time.sleep(0.5)
+
+
+def test_vm_boots_on_an_overlay_and_serves_only_the_config_drives_token(vm: VmRunner) -> None:
+    assert vm.state == "ready"
+    with desktop(vm) as http:
+        assert http.get("/platform").text == "Linux"
+    assert httpx.get(vm.url + "/platform", timeout=30).status_code == 401
+    wrong = httpx.get(vm.url + "/platform", headers={"Authorization": "Bearer no"}, timeout=30)
+    assert wrong.status_code == 401
+    # The VM writes to its overlay only; the shared base is the one the builder made.
+    info = subprocess.run(
+        ["qemu-img", "info", "-U", "--output=json", str(vm.overlay)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert f'"backing-filename": "{vm.spec.disk.resolve()}"' in info
+    assert oct(vm.spec.disk.stat().st_mode & 0o222) == "0o0"
+    # The token came from the config drive into memory (/run is a tmpfs), not onto the disk.
+    assert sh(vm, "stat -f -c %T /run/kubecua/token")[1].strip() == "tmpfs"
+    assert sh(vm, "cat /run/kubecua/token")[1] == TOKEN
+    code, out = sh(vm, f"grep -rl {TOKEN} /etc /home /opt/kubecua/vm 2>/dev/null; true")
+    assert code == 0
+    assert out.strip() == ""
+
+
+def test_restore_undoes_settings_files_and_running_apps(vm: VmRunner) -> None:
+    assert sh(vm, f"gsettings get {' '.join(KEY)}")[1].strip() == "'default'"
+    assert sh(vm, f"gsettings set {' '.join(KEY)} prefer-dark")[0] == 0
+    assert sh(vm, f"echo dirty > {PROBE}")[0] == 0
+    with desktop(vm) as http:
+        http.post("/setup/launch", json={"command": ["gedit"]}).raise_for_status()
+    wait_for(lambda: "gedit" in sh(vm, "wmctrl -lx")[1].lower(), 180, "a gedit window")
+    # The episode's state is really there before the restore.
+    assert sh(vm, f"gsettings get {' '.join(KEY)}")[1].strip() == "'prefer-dark'"
+    assert sh(vm, f"cat {PROBE}")[1].strip() == "dirty"
+
+    seconds = vm.restore()
+
+    assert vm.state == "ready"
+    assert seconds < 120
+    assert sh(vm, f"gsettings get {' '.join(KEY)}")[1].strip() == "'default'"
+    assert sh(vm, f"test -e {PROBE}; echo $?")[1].strip() == "1"
+    assert sh(vm, "pgrep -x gedit; echo $?")[1].strip().splitlines()[-1] == "1"
+    assert "gedit" not in sh(vm, "wmctrl -lx")[1].lower()
+
+
+# The offline suite's settings task (as in test_reset_fidelity.py): its reference sets the dark
+# style. The remote episode server's own release cannot undo dconf; the VM's restore does.
+TASK = {
+    "id": "vm-dark-style",
+    "instruction": "Switch the desktop to the dark style.",
+    "config": [],
+    "evaluator": {
+        "func": "exact_match",
+        "result": {"type": "vm_command_line", "command": f"gsettings get {' '.join(KEY)}",
+                   "shell": True},
+        "expected": {"type": "rule", "rules": {"expected": "'prefer-dark'\n"}},
+    },
+}  # fmt: skip
+REFERENCE = [f"import subprocess; subprocess.run({['gsettings', 'set', *KEY, 'prefer-dark']!r})"]
+
+
+def test_episode_server_scores_a_task_on_the_vm_and_the_restore_makes_it_clean(
+    vm: VmRunner, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "KUBECUA_SANDBOX_TOKEN": TOKEN,
+        "KUBECUA_DESKTOP_URL": vm.url,
+        "KUBECUA_CDP_URL": f"http://127.0.0.1:{vm.forwards[9222]}",
+        "KUBECUA_VLC_URL": f"http://127.0.0.1:{vm.forwards[8080]}",
+    }
+    log = (tmp_path / "episode.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kubecua_episode", "--remote", "--port", str(port)],
+        env=env, stdout=log, stderr=log,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert server.poll() is None, (tmp_path / "episode.log").read_text()[-3000:]
+        try:
+            return httpx.get(url + "/readyz", timeout=10).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def episode(sb: SandboxClient, actions: list[str]) -> float:
+        ep = await sb.start_episode(TASK, ObservationOptions(format="png"), SettleOptions())
+        try:
+            for action in [*actions, "DONE"]:
+                await sb.step(ep.episode_id, action)
+            return (await sb.evaluate(ep.episode_id)).score
+        finally:
+            await sb.release(ep.episode_id)
+
+    async def run() -> list[float]:
+        async with SandboxClient(url, TOKEN, timeout=600) as sb:
+            scores = [await episode(sb, REFERENCE)]
+            vm.restore()
+            scores.append(await episode(sb, []))
+            vm.restore()
+            scores.append(await episode(sb, REFERENCE))
+            vm.restore()
+            return scores
+
+    try:
+        wait_for(ready, 300, "the episode server's /readyz")
+        assert asyncio.run(run()) == [1.0, 0.0, 1.0]
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()
+
+
+def test_a_lost_snapshot_quarantines_the_vm_and_rebuilds_it_from_its_base(vm: VmRunner) -> None:
+    assert sh(vm, f"echo dirty > {PROBE}")[0] == 0
+    assert vm.qmp is not None
+    vm.qmp.hmp("delvm clean")  # the overlay's snapshot is gone, as if the overlay were corrupt
+
+    with pytest.raises(VmError, match="restore failed, VM rebuilt from its base"):
+        vm.restore()
+
+    assert vm.rebuilds == 1
+    assert vm.state == "ready"
+    assert sh(vm, f"test -e {PROBE}; echo $?")[1].strip() == "1"  # a fresh overlay
+    vm.restore()  # the rebuilt VM has its snapshot again
+    assert vm.state == "ready"
