@@ -57,7 +57,14 @@ bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktop
 # Learning on held-out tasks (kubecua_trainer/learningbench/run.py): the typeword family, a model
 # built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
 # on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
-# 2 steps, 8 held-out instances (make test runs a separate, shorter check: tests/test_learning_check.py).
+# 1 step, 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
 .PHONY: bench-learning
 bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise? warm-up + GRPO, 3 seeds + LR-0 control, real desktops (BENCH_ARGS=--smoke)
 	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)
+
+# The whole loop on one GPU (kubecua_trainer/perf/loop_bench.py): the trainer's own rollouts,
+# engine and learner, 3B shape, groups of 8, 8-turn 720p episodes on stand-in desktops replaying
+# real recorded ones; sync and maxStaleness 1. CPU: toy smoke (BENCH_ARGS=--smoke forces it).
+.PHONY: bench-loop
+bench-loop: ## whole-loop GPU time split, generation/learner tok/s, trajectories/min, peak GiB (GPU; CPU: toy smoke)
+	cd trainer && PYTHONPATH=.:../sandbox-image/client $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.loop_bench $(BENCH_ARGS)

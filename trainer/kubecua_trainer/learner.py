@@ -101,9 +101,11 @@ class Learner:
             "mismatch": float((logp.detach() - behaviour).abs().sum()),
         }
 
-    def step(self, samples: list[Sample]) -> dict[str, float]:
+    def step(self, samples: list[Sample], version: int | None = None) -> dict[str, float]:
         """One optimizer step over the batch; returns loss, kl, entropy, grad_norm,
-        clip_fraction, tokens, seconds (and logprob_mismatch: mean |trainer - engine| log-prob)."""
+        clip_fraction, tokens, seconds (and logprob_mismatch: mean |trainer - engine| log-prob).
+        version: the training step these weights then include (Policy.version), set under
+        policy.lock with the update, so no generation sees new weights under the old label."""
         start = time.perf_counter()
         samples = trainable(samples)
         for s in samples:
@@ -127,6 +129,8 @@ class Learner:
                         totals[k] += v if real else 0.0
                 if samples:
                     grad_norm = float(self._clip_and_step())
+                if version is not None:
+                    self.policy.version = version
             finally:
                 self.policy.model.eval()
         if self.dist.enabled:
@@ -141,6 +145,11 @@ class Learner:
             "clip_fraction": totals["clipped"] / tokens,
             "logprob_mismatch": totals["mismatch"] / tokens,
             "tokens": float(sum(lengths)),
+            "sequence_tokens": float(sum(int(s.input_ids.numel()) for s in samples)),
+            # perf.MasterAdamW's pipelined offload: the optimizer's own seconds in the step
+            "optimizer_seconds": float(
+                getattr(self.optimizer, "last_seconds", {}).get("total", 0.0)
+            ),
             "samples": float(len(samples)),
             "seconds": time.perf_counter() - start,
         }

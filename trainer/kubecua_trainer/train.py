@@ -86,6 +86,9 @@ class RunOptions:
     handle_signals: bool = False  # SIGTERM -> Stop (the CLI; a pod being suspended or evicted)
     signals_seen: list[int] | None = None  # SIGTERMs the CLI caught before the run listened
     stop: Stop | None = None  # tests hand one in to stop the run from outside
+    on_engine: Any = None  # callback(engine) once built (perf/loop_bench.py reads its counters)
+    # False: write no checkpoint (perf/loop_bench.py: a 3B run's optimizer state is ~50 GB)
+    checkpoints: bool = True
 
 
 @dataclass
@@ -352,6 +355,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
     leases = SandboxLeases()
     engine = build_engine(spec.rollout, gen)
+    if opts.on_engine is not None:
+        opts.on_engine(engine)
     with RunProgress(spec.steps, opts.console and d.is_main) as progress:
         try:
             progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
@@ -401,7 +406,7 @@ async def _loop(first_step: int, lp: Loop) -> None:
             launch(step)  # synchronous: only now, after the previous update
             done, played = await stop.unless_stopped(inflight.pop(step))
             if d.any(not done):  # abandoned mid-rollout (on any rank): the last step stands
-                if saver.step < step - 1:
+                if saver.step < step - 1 and lp.opts.checkpoints:
                     last = saver.save(step - 1)
                     if lp.dist.is_main and stats:
                         _publish_status(step - 1, spec, stats, last, lp.patcher)
@@ -413,7 +418,8 @@ async def _loop(first_step: int, lp: Loop) -> None:
             stats = await _learn_step(step, played, lp)
             stopping = d.any(stop.requested.is_set())
             saved: str | None = None
-            if step % spec.checkpoint.every_steps == 0 or step == spec.steps or stopping:
+            due = step % spec.checkpoint.every_steps == 0 or step == spec.steps or stopping
+            if due and lp.opts.checkpoints:
                 saved = saver.save(step)
             await _sync_engine(lp, step, saved)
             if d.is_main:
@@ -481,16 +487,18 @@ async def _learn_step(
         _deliver(d, held, batch, lp.saver.replay)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
     lp.progress.learning(step)
+    forget = getattr(lp.ro.engine, "forget_cache", None)
+    if forget is not None and spec.rollout.max_staleness == 0:
+        # Synchronous: no stored turn will be continued, so its KV goes before the learner needs
+        # the memory (the embedded engine's worker frees it once idle; up to 10 s wait).
+        await asyncio.to_thread(forget, 10.0)
     learn_started = time.time()
-    learn = await _learn(lp.saver.learner, batch)
+    learn = await _learn(lp.saver.learner, batch, step)
     learn_ended = time.time()
     refresh: dict[str, float] = {}
     if lp.gen is not lp.saver.policy:  # the engine's own copy (always, under torchrun)
         seconds = await asyncio.to_thread(refresh_weights, lp.saver.policy.model, lp.gen, step)
         refresh["weight_refresh_seconds"] = seconds
-    else:
-        with lp.saver.policy.lock:
-            lp.saver.policy.version = step
     gen_tokens = sum(e.gen_tokens for e in episodes)
     stats: dict[str, Any] = {
         "step": step,
@@ -541,12 +549,15 @@ async def _sync_engine(lp: Loop, step: int, saved: str | None) -> None:
     engine.weights_step = step  # type: ignore[attr-defined]
 
 
-async def _learn(learner: Learner, batch: Batch) -> dict[str, float]:
-    if not batch.samples:  # every group was skipped: nothing to learn from this step
+async def _learn(learner: Learner, batch: Batch, step: int) -> dict[str, float]:
+    """learner.step, which labels the weights with `step` (Policy.version) under the lock."""
+    if not batch.samples:  # every group was skipped: the weights stay, labelled as this step's
+        with learner.policy.lock:
+            learner.policy.version = step
         return {}
     # A thread keeps the event loop (metrics server, readiness polls, rollouts that play ahead)
     # responsive meanwhile.
-    return dict(await asyncio.to_thread(learner.step, batch.samples))
+    return dict(await asyncio.to_thread(learner.step, batch.samples, step))
 
 
 def _save_episodes(groups: list[Group], step: int, run: TrainingRun) -> None:

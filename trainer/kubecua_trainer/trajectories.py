@@ -9,8 +9,8 @@ docs/trajectories.md documents every field. A line (format kubecua.trajectory/v1
      "instruction": "...", "outcome": "success", "reward": 1.0, "step": 3,
      "screen_size": [1920, 1080], "image_size": [280, 168],
      "turns": [{"reply": "```python\\npyautogui.click(10, 20)\\n```", "action": "...",
-                "screenshot": "screens/s0003-g01-e05/turn-00.png", ...}, ...],
-     "final_screenshot": "screens/s0003-g01-e05/final.png", ...}
+                "screenshot": "screens/<key>/turn-00.png", ...}, ...],
+     "final_screenshot": "screens/<key>/final.png", ...}
 
 - Screenshot paths are relative to the JSONL file's folder, so a folder can be moved whole.
 - A screenshot file is what the desktop sent, at screen_size (readable at full size); a turn

@@ -249,11 +249,10 @@ def test_forget_cache_frees_the_stored_kv(policy: Policy) -> None:
         conv = _conversation(policy)
         conv.add_generation(await engine.generate(*conv.prompt(), sampling))
         assert engine.batcher.store.bytes > 0
-        engine.forget_cache()
-        # The worker frees it at its next idle check (its own thread): poll for it.
-        while engine.batcher.store.entries:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        # The worker frees it as soon as it is idle (its own thread); the call waits for that.
+        assert await asyncio.to_thread(engine.forget_cache, 30.0)
         assert engine.batcher.store.bytes == 0
+        assert engine.batcher.kv.k is None
         conv.add_user("next", None)
         await engine.generate(*conv.prompt(), sampling)
         await engine.close()
@@ -293,3 +292,32 @@ def test_cuda_graph_decoding_equals_eager_decoding(tiny_model_dir: Path, dtype: 
         with torch.no_grad(), policy.autocast():
             logp, _ = token_logprobs(policy, sample, temperature=1.0)
         assert (logp.float().cpu() - logprobs).abs().max() < 0.1
+
+
+def test_screenshots_prepared_in_the_callers_thread_equal_the_processor_output(
+    policy: Policy,
+) -> None:
+    """prepare() processes a request's newest screenshot before it is queued; the pixel values
+    prefill then uses (prepared ones with the rest processed in the worker) are exactly what the
+    processor gives for all the new screenshots at once, and the digests are the same."""
+    from kubecua_trainer.engines.continuous import image_digest
+    from kubecua_trainer.engines.hf import _Request
+
+    engine = HFEngine(policy)
+    try:
+        b = engine.batcher
+        assert b is not None
+        images = [screenshot(i, (150 + 14 * i, 120)) for i in range(3)]  # different grids
+        req = _Request([1], images, _sampling(policy), None, None)  # type: ignore[arg-type]
+        b.prepare(req)
+        assert sorted(req.prepared) == [2]  # only the newest one, before queueing
+        assert req.digests == [image_digest(im) for im in images]
+        pixels, grids = b._pixels(req, 1)
+        whole = policy.processor.image_processor(images=images[1:], return_tensors="pt")
+        assert pixels is not None
+        assert grids is not None
+        assert torch.equal(pixels, whole["pixel_values"])
+        assert torch.equal(grids, whole["image_grid_thw"])
+        assert b._pixels(req, 3) == (None, None)  # every screenshot reused: nothing to encode
+    finally:
+        asyncio.run(engine.close())

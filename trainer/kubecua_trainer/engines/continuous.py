@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import threading
 import time
 import weakref
 from collections import OrderedDict, deque
@@ -422,19 +423,51 @@ class ContinuousBatcher:
         self.decode_seconds = 0.0
         self.prefill_tokens = 0
         self.reused_tokens = 0
+        # (start, end) in time.time() of every round, from taking policy.lock (bench-loop)
+        self.busy_intervals: deque[tuple[float, float]] = deque(maxlen=1_000_000)
         self.graphs = _DecodeGraphs(self) if cuda_graphs and policy.device.type == "cuda" else None
         # Digests by image object: an episode hands the same screenshots back every turn.
         self._digests: dict[int, tuple[weakref.ref[Image.Image], bytes]] = {}
+        self._digest_lock = threading.Lock()
 
     def _digest(self, image: Image.Image) -> bytes:
-        held = self._digests.get(id(image))
-        if held is not None and held[0]() is image:
-            return held[1]
-        if len(self._digests) > 4096:  # forget screenshots that no longer exist
-            self._digests = {k: v for k, v in self._digests.items() if v[0]() is not None}
+        with self._digest_lock:  # prepare() runs in callers' threads
+            held = self._digests.get(id(image))
+            if held is not None and held[0]() is image:
+                return held[1]
         digest = image_digest(image)
-        self._digests[id(image)] = (weakref.ref(image), digest)
+        with self._digest_lock:
+            if len(self._digests) > 4096:  # forget screenshots that no longer exist
+                self._digests = {k: v for k, v in self._digests.items() if v[0]() is not None}
+            self._digests[id(image)] = (weakref.ref(image), digest)
         return digest
+
+    def prepare(self, req: _Request) -> None:
+        """CPU work of a request, run in the caller's thread before it is queued: the digests of
+        its screenshots and the processor's pixel values of its newest one (the screenshot a turn
+        adds; older ones are normally in a stored prefix). Per-image processing gives the same
+        pixel values as processing the images together, which _prefill does for any other."""
+        req.digests = [self._digest(im) for im in req.images]
+        last = len(req.images) - 1
+        proc = self.policy.processor.image_processor(images=[req.images[last]], return_tensors="pt")
+        req.prepared[last] = (proc["pixel_values"], proc["image_grid_thw"])
+
+    def _pixels(self, req: _Request, first: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(pixel_values, image_grid_thw) of req.images[first:], from prepare where it ran."""
+        todo = [i for i in range(first, len(req.images)) if i not in req.prepared]
+        if todo:
+            proc = self.policy.processor.image_processor(
+                images=[req.images[i] for i in todo], return_tensors="pt"
+            )
+            sizes = proc["image_grid_thw"].prod(-1).tolist()
+            for i, pv, grid in zip(
+                todo, proc["pixel_values"].split(sizes), proc["image_grid_thw"], strict=True
+            ):
+                req.prepared[i] = (pv, grid[None])
+        parts = [req.prepared[i] for i in range(first, len(req.images))]
+        if not parts:
+            return None, None
+        return torch.cat([p for p, _ in parts]), torch.cat([g for _, g in parts])
 
     def weights_key(self) -> tuple[int, int]:
         """(Policy.version, sum of the parameters' in-place version counters): an optimizer step,
@@ -447,6 +480,7 @@ class ContinuousBatcher:
         policy = self.policy
         start = time.perf_counter()
         with policy.lock, torch.no_grad(), policy.autocast(), engine_attention(policy.model):
+            acquired = time.time()
             policy.model.eval()
             key = self.weights_key()
             if key != self.key:
@@ -472,6 +506,7 @@ class ContinuousBatcher:
                 self._decode_step()
             if not self.rows and self.graphs is None:
                 self.kv.release()  # the learner may need the memory before the next request
+            self.busy_intervals.append((acquired, time.time()))
 
     def idle(self, forget: bool = False) -> None:
         """Called after a second without requests: free KV of older weights (all stored KV when
@@ -529,13 +564,10 @@ class ContinuousBatcher:
                 f"{len(req.images)} images were given"
             )
         if not seq.digests:
-            seq.digests = [self._digest(im) for im in req.images]
+            seq.digests = req.digests or [self._digest(im) for im in req.images]
         entry, m, reused_images = self.store.best(self.key or (0, 0), ids, runs, seq.digests)
         new_images = req.images[reused_images:]
-        pixel_values = new_grids = None
-        if new_images:
-            proc = policy.processor.image_processor(images=new_images, return_tensors="pt")
-            pixel_values, new_grids = proc["pixel_values"], proc["image_grid_thw"]
+        pixel_values, new_grids = self._pixels(req, reused_images)
         old_grids = (
             entry.grids[:reused_images] if entry is not None and entry.grids is not None else None
         )
@@ -744,6 +776,9 @@ class _DecodeGraphs:
         self.graphs.clear()
         self.static.clear()
         self.buffer = None
+        # A private pool dies with the last graph that used it: a capture into its handle after
+        # that trips the caching allocator's assertions (seen on an H100), so start a new one.
+        self.pool = None
 
     def step(self, rows: list[_Seq]) -> torch.Tensor | None:
         """(len(rows), vocab) logits from a graph; None when graphs are off (decode eagerly)."""

@@ -34,6 +34,7 @@ from kubecua_trainer.engines.continuous import ContinuousBatcher, EngineRecord, 
 from kubecua_trainer.model import Policy
 
 log = logging.getLogger(__name__)
+_WAKE = object()  # put on the queue by forget_cache: the idle worker frees the KV at once
 
 
 @dataclass(eq=False)  # identity, not field, equality
@@ -43,6 +44,10 @@ class _Request:
     sampling: SamplingParams
     future: asyncio.Future[Generation]
     loop: asyncio.AbstractEventLoop = field(repr=False)
+    # Continuous path: filled in the caller's thread before the request is queued, so the worker
+    # (which holds the GPU) does not wait on the CPU for them (ContinuousBatcher.prepare).
+    digests: list[bytes] | None = field(default=None, repr=False)
+    prepared: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     def resolve(self, result: Generation | BaseException) -> None:
         def _set() -> None:
@@ -123,12 +128,13 @@ class HFEngine:
         self.policy = policy
         self.max_batch_size = max_batch_size
         self.continuous = continuous
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()  # _Request, None (close) or _WAKE
         self.batch_sizes: list[int] = []  # requests batched (static) or admitted together
         self.tokens_generated = 0  # with busy_seconds: the engine tokens/s metric
         self.busy_seconds = 0.0
         self.records: deque[EngineRecord] = deque(maxlen=100_000)  # continuous: one per request
         self._forget = threading.Event()
+        self._forgotten = threading.Event()
         self._arrivals = 0
         self.batcher: ContinuousBatcher | None = None
         if continuous:
@@ -153,16 +159,24 @@ class HFEngine:
             raise EngineError("empty prompt")
         loop = asyncio.get_running_loop()
         req = _Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
+        if self.batcher is not None and req.images:
+            await asyncio.to_thread(self.batcher.prepare, req)
         self._queue.put(req)
         return await req.future
 
     async def update_weights(self, step: int, checkpoint_dir: str | None) -> None:
         """No-op: the engine generates with the learner's own parameters."""
 
-    def forget_cache(self) -> None:
+    def forget_cache(self, timeout: float = 0.0) -> bool:
         """Free the stored KV once the engine is idle (e.g. before a learner step whose episodes
-        are all finished, when no stored turn will be continued); the next idle check does it."""
+        are all finished, when no stored turn will be continued); the worker does it as soon as
+        nothing runs. timeout > 0: wait up to that long; True once it is done."""
+        if self.batcher is None:  # the static path keeps no KV between batches
+            return True
+        self._forgotten.clear()
         self._forget.set()
+        self._queue.put(_WAKE)
+        return self._forgotten.wait(timeout) if timeout > 0 else False
 
     async def close(self) -> None:
         self._queue.put(None)
@@ -195,7 +209,7 @@ class HFEngine:
                     return
                 if item is None:
                     closing = True
-                else:
+                elif item is not _WAKE:  # busy: the next idle check forgets
                     pending.append(self._seq(item))
 
         while True:
@@ -205,9 +219,13 @@ class HFEngine:
                 try:
                     item = self._queue.get(timeout=0.1 if self._forget.is_set() else 1.0)
                 except queue.Empty:
+                    item = _WAKE
+                if item is _WAKE:
                     forget = self._forget.is_set()
                     self._forget.clear()
                     b.idle(forget)  # free KV the learner may need
+                    if forget:
+                        self._forgotten.set()
                     continue
                 if item is None:
                     closing = True

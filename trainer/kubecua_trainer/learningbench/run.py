@@ -66,6 +66,7 @@ RECIPE: dict[str, Any] = {
     },
 }
 SMOKE = {"steps": 1, "seeds": [0], "heldout": 4, "control": False}
+SMOKE_WARMUP_EPOCHS = 10  # the smoke checks that the pipeline runs through, not that it learns
 
 
 def digest(*parts: bytes) -> str:
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--desktops", type=int, default=4)
     p.add_argument("--heldout", type=int, default=0, help="only the first N held-out (0: all)")
     p.add_argument("--no-control", dest="control", action="store_false")
-    p.add_argument("--smoke", action="store_true", help="1 seed, 1 step, 4 held-out, no control")
+    p.add_argument("--smoke", action="store_true", help="1 seed, 10 warm-up epochs, 1 step, 4 held-out, no control")
     p.add_argument("--prepare", action="store_true", help="only build the model, record demos")
     args = p.parse_args(argv)
     if args.prepare:
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.smoke:
         args.steps, args.seeds, args.heldout, args.control = (SMOKE[k] for k in SMOKE)
+        RECIPE["warmup"] = {**RECIPE["warmup"], "epochs": SMOKE_WARMUP_EPOCHS}
     # SIGTERM as Ctrl-C: the desktops and the child run are stopped on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(json.dumps(asyncio.run(bench(args)), indent=1))

@@ -7,15 +7,29 @@ gradients (4 bytes per parameter, 15 GiB); the fp32 master copy and both moments
 parameter, 45 GiB) live on the GPU or, with offload, in pinned host memory, where torch's fused
 CPU AdamW updates them. The update is the same fp32 AdamW; the bf16 weights are re-rounded from the
 master copy after every step, so no update is lost to bf16 rounding.
-What it leaves out: overlapping the host update with the next forward.
+
+The offloaded step is pipelined (issue 24 item 3): the parameters are cut into chunks of about
+CHUNK_BYTES; every chunk's gradients go to the host on a copy stream at once, and while the host
+updates chunk k, chunk k+1's gradients are still arriving and chunk k-1's new weights already go
+back on a second copy stream. The host's fp32 gradient buffers are kept from step to step (the
+serial path allocated 4 bytes per parameter afresh every step: 15 GB of page faults for a 3B
+model). Each chunk runs the same fused AdamW kernel over its own parameters, an elementwise
+update, so the results are bitwise those of the serial path (pipeline=False, kept as the
+reference: trainer/tests/test_perf_guard.py compares them). What it leaves out: overlapping the
+host update with the next step's forward (its weights are what that forward needs), and keeping
+the state on the GPU by itself when it would fit (offload is the spec's choice).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+CHUNK_BYTES = 256 << 20  # fp32 master bytes per pipelined chunk (about 64M parameters)
+SLICE_ELEMENTS = 1 << 20  # the host update's slice: 18 MB of gradient, weights and moments
 
 
 class MasterAdamW(torch.optim.Optimizer):
@@ -30,11 +44,18 @@ class MasterAdamW(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
         offload: bool = False,
+        pipeline: bool = True,
+        chunk_bytes: int = CHUNK_BYTES,
+        slice_elements: int = SLICE_ELEMENTS,
     ):
+        if slice_elements <= 0 or slice_elements % 65536:
+            raise ValueError(f"slice_elements must be a multiple of 65536, got {slice_elements}")
         defaults = {"lr": lr, "weight_decay": weight_decay, "betas": betas, "eps": eps}
         super().__init__(list(params), defaults)
         live = self._live()
         self.offload = offload
+        self.pipeline = pipeline
+        self.slice_elements = slice_elements
         pin = offload and torch.cuda.is_available()
         device = torch.device("cpu") if offload else None
         self.master = [
@@ -47,6 +68,10 @@ class MasterAdamW(torch.optim.Optimizer):
             torch.empty_like(m, dtype=p.dtype, pin_memory=pin) if offload else None
             for m, p in zip(self.master, live, strict=True)
         ]
+        self._grad32: list[torch.Tensor] | None = None  # the pipeline's fp32 gradients, kept
+        self._chunks = _chunks([m.numel() * 4 for m in self.master], chunk_bytes)
+        self._streams: tuple[torch.cuda.Stream, torch.cuda.Stream] | None = None
+        self.last_seconds: dict[str, float] = {}  # the last step's phases (pipelined offload)
         self.inner = torch.optim.AdamW(
             self.master, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True
         )
@@ -56,9 +81,16 @@ class MasterAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
-        live = self._live()
         for g, inner in zip(self.param_groups, self.inner.param_groups, strict=False):
             inner.update({k: g[k] for k in ("lr", "weight_decay", "betas", "eps")})
+        if self.offload and self.pipeline:
+            self._step_pipelined()
+        else:
+            self._step_serial()
+
+    def _step_serial(self) -> None:
+        """One PCIe copy of every gradient, one AdamW over all masters, one copy back."""
+        live = self._live()
         for p, m, buf in zip(live, self.master, self._staging, strict=True):
             if p.grad is None:
                 m.grad = None
@@ -82,6 +114,133 @@ class MasterAdamW(torch.optim.Optimizer):
         if self.offload and torch.cuda.is_available():
             torch.cuda.synchronize()  # staging buffers are reused next step
 
+    def _step_pipelined(self) -> None:
+        start = time.perf_counter()
+        live = self._live()
+        staging: list[torch.Tensor] = self._staging  # type: ignore[assignment]
+        if self._grad32 is None:
+            self._grad32 = [torch.empty_like(m) for m in self.master]
+        cuda = live[0].is_cuda if live else False
+        arrived: list[Any] = []
+        if cuda:
+            if self._streams is None:
+                self._streams = (torch.cuda.Stream(), torch.cuda.Stream())
+            d2h, h2d = self._streams
+            d2h.wait_stream(torch.cuda.current_stream())  # the gradients are final (clipped)
+            h2d.wait_stream(torch.cuda.current_stream())  # nothing reads the weights any more
+            # (the last step's copies back have finished: step() ends by waiting for them)
+            with torch.cuda.stream(d2h):
+                for chunk in self._chunks:
+                    for i in chunk:
+                        grad = live[i].grad
+                        if grad is not None:
+                            staging[i].copy_(grad, non_blocking=True)
+                    arrived.append(d2h.record_event())
+        waited = host = 0.0
+        group = self.inner.param_groups[0]
+        everything = group["params"]
+        try:
+            for k, chunk in enumerate(self._chunks):
+                t0 = time.perf_counter()
+                if cuda:
+                    arrived[k].synchronize()
+                t1 = time.perf_counter()
+                stepped = [i for i in chunk if live[i].grad is not None]
+                if not cuda:
+                    for i in stepped:
+                        staging[i].copy_(live[i].grad)  # type: ignore[arg-type]
+                sliced = self._sliceable(stepped)
+                if sliced:  # (converts its slices back to bf16 itself)
+                    self._update_in_slices(stepped)
+                else:  # the first step: torch's AdamW creates the state
+                    self._update_whole(stepped, group)
+                done = set(stepped) if sliced else set()
+                for i in chunk:
+                    if i not in done:
+                        staging[i].copy_(self.master[i])
+                if cuda:
+                    with torch.cuda.stream(self._streams[1]):  # type: ignore[index]
+                        for i in chunk:
+                            live[i].copy_(staging[i], non_blocking=True)
+                else:
+                    for i in chunk:
+                        live[i].copy_(staging[i])
+                waited += t1 - t0
+                host += time.perf_counter() - t1
+        finally:
+            group["params"] = everything
+        t2 = time.perf_counter()
+        if cuda:
+            # the staging buffers are rewritten by the next step's copies, and the next forward
+            # reads the new weights: both wait for the copies back
+            self._streams[1].synchronize()  # type: ignore[index]
+        self.last_seconds = {
+            "wait_gradients": waited,
+            "host_update": host,
+            "wait_weights": time.perf_counter() - t2,
+            "total": time.perf_counter() - start,
+        }
+
+    def _update_whole(self, stepped: list[int], group: dict[str, Any]) -> None:
+        """torch's AdamW step over these parameters (it creates their state when missing)."""
+        assert self._grad32 is not None
+        mine = []
+        for i in stepped:
+            m = self.master[i]
+            m.grad = self._grad32[i].copy_(self._staging[i])  # type: ignore[arg-type]
+            mine.append(m)
+        if mine:
+            group["params"] = mine  # the same fused kernel, over this chunk only
+            self.inner.step()
+        for m in mine:
+            m.grad = None
+
+    def _sliceable(self, stepped: list[int]) -> bool:
+        """Every parameter has its AdamW state and is contiguous (so slices are views)."""
+        for i in stepped:
+            state = self.inner.state.get(self.master[i])
+            if not state:
+                return False
+            tensors = (self.master[i], state["exp_avg"], state["exp_avg_sq"])
+            if not all(t.is_contiguous() for t in tensors):
+                return False
+        return True
+
+    def _update_in_slices(self, stepped: list[int]) -> None:
+        """The AdamW step in slices of slice_elements, each converted in, updated and converted
+        out while it is in the CPU's cache (the whole-tensor passes go through memory three times
+        more). It calls the fused kernel that torch's AdamW calls, with the same arguments, over
+        slices that start at multiples of 65,536 elements: an elementwise update whose vector
+        lanes fall where they fall in one call, so the bits are the same."""
+        assert self._grad32 is not None
+        group = self.inner.param_groups[0]
+        states = [self.inner.state[self.master[i]] for i in stepped]
+        if states:
+            torch._foreach_add_([st["step"] for st in states], 1)  # as torch's step() does
+        flat = [
+            (self.master[i].view(-1), self._grad32[i].view(-1), self._staging[i].view(-1))  # type: ignore[union-attr]
+            for i in stepped
+        ]
+        moments = [(st["exp_avg"].view(-1), st["exp_avg_sq"].view(-1)) for st in states]
+        sizes = [m.numel() for m, _, _ in flat]
+        for batch in _slices(sizes, self.slice_elements):
+            ms, gs, eas, eass, steps = [], [], [], [], []
+            for j, a, b in batch:
+                master, grad32, staged = flat[j]
+                ms.append(master[a:b])
+                gs.append(grad32[a:b].copy_(staged[a:b]))  # bf16 -> fp32 is exact
+                eas.append(moments[j][0][a:b])
+                eass.append(moments[j][1][a:b])
+                steps.append(states[j]["step"])
+            beta1, beta2 = group["betas"]
+            torch._fused_adamw_(
+                ms, gs, eas, eass, [], steps, amsgrad=group["amsgrad"], lr=group["lr"],
+                beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
+                maximize=group["maximize"], grad_scale=None, found_inf=None,
+            )  # fmt: skip
+            for (j, a, b), m in zip(batch, ms, strict=True):
+                flat[j][2][a:b].copy_(m)
+
     def state_dict(self) -> dict[str, Any]:
         return {"inner": self.inner.state_dict(), "master": [m.clone() for m in self.master]}
 
@@ -92,3 +251,40 @@ class MasterAdamW(torch.optim.Optimizer):
             for p, m, saved in zip(live, self.master, state_dict["master"], strict=True):
                 m.copy_(saved)
                 p.copy_(m)
+
+
+def _slices(sizes: list[int], limit: int) -> list[list[tuple[int, int, int]]]:
+    """Batches of (tensor, start, end) of at most `limit` elements: small tensors whole and
+    together, a larger one alone in slices of `limit` (a multiple of 65,536) from its start.
+
+    Example: sizes [3, 4, 10], limit 8 -> [[(0, 0, 3), (1, 0, 4)], [(2, 0, 8)], [(2, 8, 10)]].
+    """
+    out: list[list[tuple[int, int, int]]] = []
+    total = limit  # start a new batch first
+    for j, n in enumerate(sizes):
+        if n > limit:
+            out += [[(j, a, min(n, a + limit))] for a in range(0, n, limit)]
+            total = limit
+        elif total + n <= limit:
+            out[-1].append((j, 0, n))
+            total += n
+        else:
+            out.append([(j, 0, n)])
+            total = n
+    return out
+
+
+def _chunks(sizes: list[int], limit: int) -> list[list[int]]:
+    """Consecutive indices grouped up to `limit` bytes each (a larger tensor is a chunk alone).
+
+    Example: sizes [4, 4, 8, 2] with limit 8 -> [[0, 1], [2], [3]]."""
+    out: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if out and total + n <= limit:
+            out[-1].append(i)
+            total += n
+        else:
+            out.append([i])
+            total = n
+    return out

@@ -1,0 +1,386 @@
+"""`make bench-loop`: the whole GRPO loop on one GPU, desktops replayed, sync and maxStaleness 1.
+
+What it does: runs the trainer's own loop (train.train: rollouts through rollout/episode.py and
+the embedded continuous engine, batch, Learner.step with the offloaded AdamW, weight refresh)
+against eight stand-in desktops that replay episodes recorded on real desktops, screenshots byte
+for byte at the recorded latency (perf/replay_desktop.py says why a stand-in). The model is the
+Qwen2.5-VL-3B shape with random weights (perf/shapes.py; the tokenizer is the tiny test model's,
+its special ids in the config), bf16 with the offloaded AdamW (trainer.optimizerOffload), the
+trainer's other defaults (full gradient checkpointing, no torch.compile unless --compile); one
+task per step, groups of 8, 8 turns of 32 sampled tokens per episode, the recorded 1920x1080
+screenshots fitted to 1260x700. Each mode (synchronous, then rollout.maxStaleness 1) runs
+--steps steps (default 2) in one process; the first step of each (cold caches, the AdamW state's
+creation) is left out of the figures. Prints one JSON document; per mode:
+- generation: prefill and decode tokens/s apart (the engine's own counters), generated tokens;
+- learner: sequence tokens/s of Learner.step (forward, backward, optimizer);
+- trajectories per minute over the measured steps' wall time;
+- gpu_time: the fractions of that wall time the GPU spent generating only, learning only, both
+  at once (staleness 1), and idle (no engine round and no learner step), which sum to 1;
+- peak GiB (torch.cuda.max_memory_allocated of the mode).
+Without a GPU (or with --smoke) the same loop runs a toy-width model on the CPU with short
+episodes and latencies scaled down, and says so: the figures then mean nothing.
+How to run: `make bench-loop` (GPU machine: `cd trainer && PYTHONPATH=.:../sandbox-image/client
+python3 -m kubecua_trainer.perf.loop_bench --out /tmp/loop.json`). It needs kubecua_trainer's
+own dependencies (pydantic, httpx) besides torch and transformers.
+What it leaves out: real desktops (by design), sglang, several GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import gc
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from kubecua_trainer.perf.replay_desktop import ReplaySandbox, load_recording
+
+TOKEN = "bench-loop-token"
+R720 = 1280 * 720
+SMOKE_PIXELS = 112 * 112
+GPU = {"steps": 2, "turns": 8, "group": 8, "new_tokens": 32, "latency_scale": 1.0}
+SMOKE = {"steps": 2, "turns": 2, "group": 2, "new_tokens": 8, "latency_scale": 0.02}
+
+
+def build_model(out: Path, smoke: bool) -> Path:
+    """The tiny test model's directory (tokenizer, processor); on the GPU its weights replaced by
+    random bf16 ones of the Qwen2.5-VL-3B shape (vocab 151,936: ids past the tokenizer decode
+    to nothing)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from kubecua_trainer.perf.shapes import CONFIGS
+    from kubecua_trainer.testing.tiny_models import build_tiny_model
+
+    path = build_tiny_model(out, "qwen2_5_vl")
+    widen_processor(path, SMOKE_PIXELS if smoke else R720)
+    if smoke:
+        return path
+    tiny = AutoConfig.from_pretrained(path)
+    spec = dict(CONFIGS["qwen2_5_vl_3b"])
+    ids = {
+        k: getattr(tiny, k)
+        for k in (
+            "image_token_id",
+            "video_token_id",
+            "vision_start_token_id",
+            "vision_end_token_id",
+        )
+    }
+    text = dict(spec.pop("text_config"))
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        text[k] = getattr(tiny.text_config, k, None)
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec, text_config=text, **ids)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
+    model.generation_config = transformers.GenerationConfig.from_pretrained(path)
+    model.save_pretrained(path)  # replaces the tiny weights; tokenizer and processor stay
+    del model
+    torch.cuda.empty_cache()
+    return path
+
+
+def widen_processor(path: Path, max_pixels: int) -> None:
+    """The image processor's own cap at the run's rollout.maxPixels (the tiny model's is 802,816
+    pixels, below 720p): the recorded 1920x1080 screenshots become 1260x700 (1,125 image tokens)."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(path)
+    ip = processor.image_processor
+    shortest = min(int(ip.size["shortest_edge"]), max_pixels)
+    ip.size = {"shortest_edge": shortest, "longest_edge": max_pixels}
+    ip.max_pixels = max_pixels
+    processor.save_pretrained(path)
+
+
+def write_tasks(out: Path) -> list[str]:
+    """One task per recorded episode (the stand-in ignores the set-up; the instruction is the
+    recording's)."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for line in (Path(__file__).parent / "recordings" / "typeword" / "episodes.jsonl").open():
+        row = json.loads(line)
+        task = {
+            "id": row["task_id"],
+            "instruction": row["instruction"],
+            "config": [],
+            "evaluator": {"func": "replayed"},
+        }
+        (out / f"{row['task_id']}.json").write_text(json.dumps(task))
+        ids.append(row["task_id"])
+    return ids
+
+
+def run_spec(
+    model: Path,
+    urls: list[str],
+    tasks: Path,
+    ids: list[str],
+    out: Path,
+    staleness: int,
+    a: argparse.Namespace,
+    gpu: bool,
+) -> dict[str, Any]:
+    return {
+        "model": {"path": str(model), "dtype": "bfloat16" if gpu else "float32"},
+        "sandboxes": {"urls": urls, "minReady": len(urls)},
+        "tasks": {"path": str(tasks), "ids": ids},
+        "algorithm": {
+            "groupSize": a.group,
+            "tasksPerStep": 1,
+            "maxTurns": a.turns,
+            "maxNewTokens": a.new_tokens,
+            "dynamicSampling": False,
+            "learningRate": 1e-6,
+        },
+        "rollout": {
+            "maxPixels": R720 if gpu else SMOKE_PIXELS,
+            "episodeTimeoutSeconds": 900,
+            "maxStaleness": staleness,
+            "maxInFlightEpisodes": a.group,
+        },
+        "trainer": {"compile": a.compile, "optimizerOffload": gpu},
+        "checkpoint": {"everySteps": 1000, "keep": 1},
+        "metrics": {"port": 0},
+        "steps": a.steps,
+        "outputDir": str(out),
+    }
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _clip(
+    intervals: list[tuple[float, float]], lo: float, hi: float
+) -> Iterator[tuple[float, float]]:
+    for s, e in intervals:
+        if min(e, hi) > max(s, lo):
+            yield max(s, lo), min(e, hi)
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(e - s for s, e in intervals)
+
+
+def time_split(
+    gen: list[tuple[float, float]], learn: list[tuple[float, float]], lo: float, hi: float
+) -> dict[str, float]:
+    """Fractions of [lo, hi] spent generating only, learning only, both, and neither.
+
+    Example: generating 0-6, learning 4-8 over 0-10 -> 0.4, 0.2, 0.2, 0.2."""
+    g = _merge(list(_clip(gen, lo, hi)))
+    n = _merge(list(_clip(learn, lo, hi)))
+    both = _length([(max(a, c), min(b, d)) for a, b in g for c, d in n if min(b, d) > max(a, c)])
+    wall = max(hi - lo, 1e-9)
+    gen_s, learn_s = _length(g), _length(n)
+    union = gen_s + learn_s - both
+    return {
+        "generating": round((gen_s - both) / wall, 4),
+        "learning": round((learn_s - both) / wall, 4),
+        "both": round(both / wall, 4),
+        "idle": round(max(0.0, wall - union) / wall, 4),
+    }
+
+
+def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[str, Any]:
+    """One mode's figures over its measured steps (the first left out when there are two+)."""
+    measured = rows[1:] if len(rows) > 1 else rows
+    lo = min(r["rollout_started_at"] for r in measured)
+    hi = max(r["learn_ended_at"] for r in measured)
+    # every step's learning (with staleness 1 the first update overlaps the measured rollout)
+    learn = [
+        (r["learn_started_at"], r["learn_ended_at"] + r.get("weight_refresh_seconds", 0.0))
+        for r in rows
+    ]
+    b = engine.batcher
+    episodes = sum(int(r["episodes"]) for r in measured)
+    seq_tokens = sum(r.get("sequence_tokens", 0.0) for r in measured)
+    learn_seconds = sum(r.get("seconds", 0.0) for r in measured)
+    return {
+        "max_staleness": staleness,
+        "steps_measured": len(measured),
+        "wall_seconds": round(hi - lo, 2),
+        "trajectories": episodes,
+        "trajectories_per_minute": round(60 * episodes / (hi - lo), 2),
+        # the engine's counters cover every step of the mode, the first included
+        "generation": {
+            "prefill_tokens": b.prefill_tokens,
+            "prefill_tokens_per_second": round(b.prefill_tokens / max(b.prefill_seconds, 1e-9), 1),
+            "decode_tokens": engine.tokens_generated,
+            "decode_tokens_per_second": round(
+                engine.tokens_generated / max(b.decode_seconds, 1e-9), 1
+            ),
+            "reused_prompt_tokens": b.reused_tokens,
+        },
+        "learner": {
+            "sequence_tokens": seq_tokens,
+            "seconds": round(learn_seconds, 2),
+            "tokens_per_second": round(seq_tokens / max(learn_seconds, 1e-9), 1),
+            "optimizer_seconds": [r.get("optimizer_seconds") for r in measured],
+            "weight_refresh_seconds": [
+                round(r.get("weight_refresh_seconds", 0.0), 3) for r in measured
+            ],
+        },
+        "gpu_time": time_split(list(b.busy_intervals), learn, lo, hi),
+        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        if torch.cuda.is_available()
+        else None,
+        "reward_mean": round(sum(r.get("reward_mean", 0.0) for r in measured) / len(measured), 3),
+    }
+
+
+async def one_mode(
+    model: Path,
+    sandboxes: list[ReplaySandbox],
+    work: Path,
+    ids: list[str],
+    staleness: int,
+    a: argparse.Namespace,
+    gpu: bool,
+) -> dict[str, Any]:
+    from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
+    from kubecua_trainer.sources.static import StaticSource
+    from kubecua_trainer.train import RunOptions, train
+
+    urls = [s.url for s in sandboxes]
+    spec = run_spec(model, urls, work / "tasks", ids, work / f"out-{staleness}", staleness, a, gpu)
+    obj = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": f"loop-{staleness}"},
+        "spec": spec,
+    }
+    engines: list[Any] = []
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    opts = RunOptions(
+        console=False,
+        source=StaticSource(urls, TOKEN),
+        on_engine=engines.append,
+        checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
+    )
+    result = await train(parse_training_run(obj), opts)
+    if len(result.history) != a.steps:
+        raise RuntimeError(f"mode {staleness}: {len(result.history)} of {a.steps} steps ran")
+    return summarise(result.history, engines[0], staleness)
+
+
+async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, Any]:
+    model = build_model(work / "model", not gpu)
+    ids = write_tasks(work / "tasks")
+    recording = load_recording()
+    with ExitStack() as stack:
+        sandboxes = [
+            stack.enter_context(ReplaySandbox(recording, TOKEN, a.latency_scale, i))
+            for i in range(a.group)
+        ]
+        modes: dict[str, Any] = {}
+        for name, staleness in (("sync", 0), ("staleness_1", 1)):
+            modes[name] = await one_mode(model, sandboxes, work, ids, staleness, a, gpu)
+            gc.collect()  # the mode's model, engine and pinned optimizer state go before the next
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            print(f"{name}: {json.dumps(modes[name])}", file=sys.stderr, flush=True)
+            if a.out:  # what is done survives a time limit
+                Path(a.out).write_text(json.dumps(header(a, gpu, recording) | {"modes": modes}))
+    return header(a, gpu, recording) | {"modes": modes}
+
+
+def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, Any]:
+    return {
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "smoke": not gpu,
+        "note": ""
+        if gpu
+        else "no GPU or --smoke: toy-width model, short episodes, latencies "
+        f"x{a.latency_scale}: a smoke run; the figures mean nothing",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "model": "tiny test model" if not gpu else "Qwen2.5-VL-3B shape, random weights, bf16",
+        "workload": {
+            "group_size": a.group,
+            "turns": a.turns,
+            "max_new_tokens": a.new_tokens,
+            "steps_per_mode": a.steps,
+            "desktops": a.group,
+            "recorded_episodes": [r.key for r in recording],
+            "latency_scale": a.latency_scale,
+            "compile": a.compile,
+            "optimizer_offload": gpu,
+        },
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="toy-width CPU run even with a GPU")
+    p.add_argument("--steps", type=int, help="steps per mode (the first is not measured)")
+    p.add_argument("--turns", type=int)
+    p.add_argument("--group", type=int, help="episodes per group (= desktops)")
+    p.add_argument("--new-tokens", type=int, help="algorithm.maxNewTokens")
+    p.add_argument("--latency-scale", type=float, help="x the recorded desktop latencies")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="trainer.compile (off, the trainer's default: in the synchronous loop the engine "
+        "runs the compiled layers too, which no GPU run has tried yet)",
+    )
+    p.add_argument("--out", default="", help="also write the JSON here")
+    a = p.parse_args(argv)
+    gpu = torch.cuda.is_available() and not a.smoke
+    for key, value in (GPU if gpu else SMOKE).items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    if a.steps < 1 or a.turns < 1 or a.group < 2:
+        p.error("--steps and --turns must be at least 1, --group at least 2")
+    return a, gpu
+
+
+def missing_modules() -> list[str]:
+    """The trainer's own dependencies that this interpreter lacks (the GPU machine has torch and
+    transformers, perhaps not these)."""
+    import importlib.util
+
+    names = ("pydantic", "httpx", "yaml", "prometheus_client", "kubecua_sandbox_client")
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    a, gpu = parse_args(argv)
+    missing = missing_modules()
+    if missing:
+        sys.exit(
+            f"bench-loop needs {missing} importable (PYTHONPATH=.:../sandbox-image/client "
+            "for kubecua_sandbox_client); the trainer's rollout code imports them"
+        )
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-loop-") as work:
+        doc = asyncio.run(main_async(a, Path(work), gpu))
+    doc["seconds"] = round(time.monotonic() - start, 1)
+    text = json.dumps(doc, indent=1)
+    print(text, flush=True)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
