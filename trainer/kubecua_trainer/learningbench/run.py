@@ -327,7 +327,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--desktops", type=int, default=4)
     p.add_argument("--heldout", type=int, default=0, help="only the first N held-out (0: all)")
     p.add_argument("--no-control", dest="control", action="store_false")
-    p.add_argument("--smoke", action="store_true", help="1 seed, 10 warm-up epochs, 1 step, 4 held-out, no control")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="1 seed, 10 warm-up epochs, 1 step, 4 held-out, no control",
+    )
     p.add_argument("--prepare", action="store_true", help="only build the model, record demos")
     args = p.parse_args(argv)
     if args.prepare:
