@@ -265,10 +265,12 @@ state = "{self.p.root / "containerd"}"
                 continue
             started = time.monotonic()
             if ref in listed:
-                # Untag the older version first (its id alias keeps the layers it shares with the
-                # new one until _prune_aliases below): re-importing under the same name left
-                # every old version behind (27 GB after a day of rebuilds filled the disk).
+                # Untag the older version and drop its id alias before the import: re-importing
+                # under the same name left every old version behind (27 GB after a day of
+                # rebuilds filled the disk), and holding the old trainer image (5 GB, twice with
+                # its unpacked snapshot) while the new one unpacks ran a full disk out of space.
                 self._ctr("images", "rm", ref, check=False)
+                self._prune_aliases(sync=True)
             sock = self.p.root / "containerd.sock"
             pipeline = (
                 f"podman save --format docker-archive {ref} | "
@@ -294,16 +296,21 @@ state = "{self.p.root / "containerd"}"
         if ids:
             self._ctr("containers", "rm", *ids, check=False)
 
-    def _prune_aliases(self) -> None:
+    def _prune_aliases(self, sync: bool = False) -> None:
         """The CRI names each image also by its id (`sha256:<id>`); that alias outlives the tag's
         removal and kept every replaced version's layers (5 GB per trainer rebuild). Remove the
         aliases whose image no tag points at any more. containerd collects their layers in the
-        background: waiting for it (--sync) took over a minute for three images under load."""
+        background: waiting for it (--sync) took over a minute for three images under load, so
+        only a removal before an import (sync=True) waits."""
         rows = [line.split() for line in self._ctr("images", "ls").stdout.splitlines()[1:]]
         tagged = {r[2] for r in rows if len(r) > 2 and not r[0].startswith("sha256:")}
         stale = [r[0] for r in rows if len(r) > 2 and r[0].startswith("sha256:")
                  and r[2] not in tagged]  # fmt: skip
-        if stale:
+        if stale and sync:  # wait until the layers are gone: an import follows
+            sock = self.p.root / "containerd.sock"
+            run(["ctr", "--address", sock, "-n", "k8s.io", "images", "rm", "--sync", *stale],
+                check=False, timeout=600)  # fmt: skip
+        elif stale:
             self._ctr("images", "rm", *stale, check=False)
 
     # ---- credentials ------------------------------------------------------------------------
