@@ -18,8 +18,6 @@ from __future__ import annotations
 import base64
 import gzip
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -31,7 +29,7 @@ import pytest
 import yaml
 
 from kubecua_testkit import k8s_sd
-from kubecua_testkit.components import free_port
+from kubecua_testkit.components import free_port, start_in_group, stop_group
 from kubecua_testkit.kueue import module_dir, wait_established
 from kubecua_testkit.node import node_ip
 from kubecua_testkit.tools import REPO, binary, run
@@ -59,27 +57,6 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
             return last
         time.sleep(0.5)  # the API and Prometheus are polled: neither pushes
     raise TimeoutError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-def start(stack: ExitStack, args: list[Any], log: Path, env: dict[str, str] | None = None):
-    out = log.open("wb")
-    proc = subprocess.Popen(
-        [str(a) for a in args], stdout=out, stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})}, start_new_session=True,
-    )  # fmt: skip
-    stack.callback(out.close)
-    stack.callback(stop, proc)
-    return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def answers(url: str) -> bool:
@@ -188,7 +165,7 @@ def stack(cluster, tmp_path_factory) -> Iterator[dict]:
         stack.callback(cluster.kubectl, "delete", "namespace", NS, "--wait=false", check=False)
         started = time.monotonic()
         web = free_port()
-        promop = start(stack, [
+        promop = start_in_group(stack, [
             binary("prometheus-operator"), f"--namespaces={NS}",
             f"--web.listen-address=127.0.0.1:{web}",
         ], tmp / "prometheus-operator.log", {"KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip
@@ -199,12 +176,12 @@ def stack(cluster, tmp_path_factory) -> Iterator[dict]:
         op_port, health = free_port(), free_port()
         env = {"KUBECONFIG": str(cluster.kubeconfig), "KUBECUA_OPERATOR_METRICS_PORT": str(op_port),
                "KUBECUA_OPERATOR_METRICS_HOST": ip}  # fmt: skip
-        operator = start(stack, [OPERATOR_PY, "-m", "kubecua_operator", "--namespace", NS,
+        operator = start_in_group(stack, [OPERATOR_PY, "-m", "kubecua_operator", "--namespace", NS,
                                  f"--liveness=http://127.0.0.1:{health}/healthz"],
                          tmp / "operator.log", env)  # fmt: skip
         (tmp / "token").write_text(os.urandom(16).hex())
         ep_port = free_port()
-        episodes = start(stack, [EPISODE_PY, "-m", "kubecua_episode", "--host", ip,
+        episodes = start_in_group(stack, [EPISODE_PY, "-m", "kubecua_episode", "--host", ip,
                                  "--port", ep_port], tmp / "episode-server.log",
                          {"KUBECUA_SANDBOX_TOKEN_FILE": str(tmp / "token")})  # fmt: skip
         wait_for(lambda: answers(f"http://{ip}:{op_port}/metrics"), 90, "operator metrics")
@@ -236,7 +213,7 @@ def stack(cluster, tmp_path_factory) -> Iterator[dict]:
         stack.callback(bridge.stop)
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         port = free_port()
-        prom = start(stack, [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
+        prom = start_in_group(stack, [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
                              f"--storage.tsdb.path={tmp / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
                      tmp / "prometheus.log")  # fmt: skip
@@ -301,6 +278,6 @@ def test_the_charts_rules_load_and_operator_down_fires_when_its_target_goes(stac
                          if t["labels"].get("job") == SERVICE), 60, "operator scraped")  # fmt: skip
     # It fired while Prometheus had not yet scraped the operator; it resolves once it has.
     wait_for(lambda: "KubecuaOperatorDown" not in alerts(stack["api"]), 30, "no alert while up")
-    stop(stack["operator"])  # its metrics endpoint goes with it
+    stop_group(stack["operator"])  # its metrics endpoint goes with it
     wait_for(lambda: alerts(stack["api"]).get("KubecuaOperatorDown") == "firing", 60,
              "KubecuaOperatorDown firing")  # fmt: skip

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ import httpx
 import pytest
 import yaml
 
-from kubecua_testkit.components import free_port
+from kubecua_testkit.components import free_port, start_in_group
 from kubecua_testkit.prom import query, query_range
 from kubecua_testkit.tools import REPO, binary, cache_dir, run
 
@@ -77,28 +76,6 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, headers: dict | 
             pass
         time.sleep(0.3)
     raise TimeoutError(f"{url} not ready within {timeout}s")
-
-
-def start(stack: ExitStack, args: list, log: Path, env: dict | None = None) -> subprocess.Popen:
-    """Start a process in its own group; the stack stops that group (and only it) at the end."""
-    out = log.open("wb")
-    proc = subprocess.Popen(
-        [str(a) for a in args], stdout=out, stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})}, start_new_session=True,
-    )  # fmt: skip
-    stack.callback(out.close)
-    stack.callback(stop, proc)
-    return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def operator_kubeconfig(cluster, path: Path) -> Path:
@@ -192,7 +169,7 @@ def start_sandboxes(stack: ExitStack, tmp: Path) -> list[str]:
                 "--desktop-port", free_port(), "--cdp-port", free_port(),
                 "--vlc-port", free_port(), "--token-file", tmp / "token",
                 "--workdir", tmp / f"sandbox-{i}"]  # fmt: skip
-        procs.append((start(stack, args, tmp / f"sandbox-{i}.log"), port))
+        procs.append((start_in_group(stack, args, tmp / f"sandbox-{i}.log"), port))
         urls.append(f"http://127.0.0.1:{port}")
     for proc, port in procs:
         wait_http(f"http://127.0.0.1:{port}/readyz", proc, 180)
@@ -219,7 +196,7 @@ def start_operator(stack: ExitStack, cluster, tmp: Path) -> tuple[int, int]:
            "KUBECUA_OPERATOR_METRICS_HOST": "127.0.0.1"}  # fmt: skip
     args = [OPERATOR_PY, "-m", "kubecua_operator", "--namespace", NS,
             f"--liveness=http://127.0.0.1:{health}/healthz"]  # fmt: skip
-    operator = start(stack, args, tmp / "operator.log", env=env)
+    operator = start_in_group(stack, args, tmp / "operator.log", env=env)
     wait_http(f"http://127.0.0.1:{port}/metrics", operator, 60)
     cluster.kubectl("apply", "-n", NS, "-f", "-", input=cluster_objects())
     # It creates the pool's pods, and the run's Role, which it may grant only because it holds
@@ -245,7 +222,7 @@ def start_prometheus(stack: ExitStack, tmp: Path, targets: dict[str, list[str]])
     args = ["/usr/bin/prometheus", f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
-    prom = start(stack, args, tmp / "prometheus.log")
+    prom = start_in_group(stack, args, tmp / "prometheus.log")
     api = f"http://127.0.0.1:{port}"
     wait_http(f"{api}/-/ready", prom, 60)
     return api
@@ -256,7 +233,7 @@ def run_trainer(stack: ExitStack, tmp: Path, urls: list[str], port: int, token: 
     manifest.write_text(yaml.safe_dump(trainingrun_manifest(urls, tmp / "out", port)))
     args = [TRAINER_PY, "-m", "kubecua_trainer", "run", manifest, "--no-progress",
             "--metrics-addr", "127.0.0.1"]  # fmt: skip
-    trainer = start(stack, args, tmp / "trainer.log", env={"KUBECUA_SANDBOX_TOKEN": token})
+    trainer = start_in_group(stack, args, tmp / "trainer.log", env={"KUBECUA_SANDBOX_TOKEN": token})
     rc = trainer.wait(timeout=540)
     assert rc == 0, (tmp / "trainer.log").read_text()[-3000:]
 

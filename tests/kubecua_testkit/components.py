@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,30 @@ class Process:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
+
+
+def start_in_group(
+    stack: ExitStack, args: list[Any], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a process in its own group; the stack stops that group (and only it) at the end."""
+    out = log.open("wb")
+    proc = subprocess.Popen(
+        [str(a) for a in args], stdout=out, stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+    )  # fmt: skip
+    stack.callback(out.close)
+    stack.callback(stop_group, proc)
+    return proc
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def http_ok(url: str) -> bool:
