@@ -33,7 +33,7 @@ endef
 # its builder's content changes (a stamp named by its hash), not its mtime: a clean clone's files
 # are all new, and the cache is shared between clones.
 TINY_MODEL := $(KUBECUA_CACHE)/models/tiny-qwen2_5_vl
-TINY_MODEL_STAMP := $(TINY_MODEL)/.inputs-$(shell sha256sum trainer/kubecua_trainer/testing/tiny_models.py | cut -c1-16)
+TINY_MODEL_STAMP := $(TINY_MODEL)/.inputs-$(shell sha256sum trainer/kubecua_trainer/tiny_models.py | cut -c1-16)
 
 # Filled in by the component fragments below.
 SETUP_TARGETS :=
@@ -54,14 +54,18 @@ setup-uv: ## install the pinned uv into the cache
 setup-go: ## build the control plane, kwok and helm from the Go module proxy (cached)
 	hack/build-control-plane.sh
 
-setup-addons: ## build Kueue and prometheus-operator from the Go module proxy (cached)
+setup-addons: ## build Kueue, prometheus-operator and metrics-server from the Go module proxy (cached)
 	hack/build-cluster-addons.sh
 
 setup: setup-apt setup-uv setup-go setup-addons $(SETUP_TARGETS) ## everything the suite needs
 
-lint: setup-uv $(LINT_TARGETS) lint-paths ## ruff format check, ruff lint and mypy per component; named paths exist
+lint: setup-uv $(LINT_TARGETS) lint-paths lint-locks ## ruff format check, ruff lint and mypy per component; named paths exist; one version of each library
 
-.PHONY: lint-paths
+.PHONY: lint-paths lint-locks
+lint-locks: ## every uv.lock resolves a shared library to the same version
+	python3 hack/check-locks.py --self-test
+	python3 hack/check-locks.py
+
 lint-paths: ## every repository path named in the docs, examples, chart and code comments exists
 	python3 hack/check-paths.py --self-test
 	python3 hack/check-paths.py

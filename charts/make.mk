@@ -4,11 +4,8 @@ TEST_TARGETS += test-charts
 HELM := $(BIN)/helm
 CHART_TESTS := e2e/test_helm_chart_renders.py e2e/test_helm_values_schema.py \
 	e2e/test_dashboards_match_generator.py e2e/test_prometheus_rules_check.py
-.PHONY: test-charts dashboards charts-crds lint-dashboards
+.PHONY: test-charts dashboards lint-dashboards
 LINT_TARGETS += lint-dashboards
-
-charts-crds: ## copy crds/ into the chart (files/crds is generated; a test fails on drift)
-	rm -f charts/kubecua/files/crds/*.yaml && cp crds/*.yaml charts/kubecua/files/crds/
 
 dashboards: dashboards-gen-env ## regenerate the Grafana dashboards JSON shipped in the chart
 	cd charts/kubecua-dashboards-gen && .venv/bin/python -m kubecua_dashboards

@@ -6,19 +6,19 @@ duplicate: sandbox `<pool>-<index>`, token Secret `<pool>-sandbox-token`, Job `<
 
 from __future__ import annotations
 
-GROUP = "kubecua.dev"
-VERSION = "v1alpha1"
-POOL_LABEL = f"{GROUP}/pool"
-SANDBOX_LABEL = f"{GROUP}/sandbox"
-RUN_LABEL = f"{GROUP}/trainingrun"
-ROLE_LABEL = f"{GROUP}/role"  # part of a sandbox: episode-server, vm
+# The API's names (group, version, the labels and Secret type the trainer and the chart also
+# use) come from the API package; the `X as X` ones are re-exported for the operator's modules.
+from kubecua_api.constants import GROUP, POOL_LABEL, RUN_LABEL, SANDBOX_LABEL
+from kubecua_api.constants import ROLE_LABEL as ROLE_LABEL
+from kubecua_api.constants import TOKEN_KEY as TOKEN_KEY
+from kubecua_api.constants import TOKEN_SECRET_TYPE as TOKEN_SECRET_TYPE
+from kubecua_api.constants import VERSION as VERSION
+
 COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kubecua-operator"}
 OPERATOR_POD_LABEL = {"app.kubernetes.io/name": "kubecua-operator"}
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-TOKEN_KEY = "token"
 TOKEN_MOUNT = "/var/run/kubecua/sandbox-token"
-TOKEN_SECRET_TYPE = f"{GROUP}/sandbox-token"  # never kubernetes.io/service-account-token
 MIN_TOKEN_BYTES = 16
 # Label domains the operator owns or that select traffic and workloads: a user's value for any
 # key in them (e.g. kubecua.dev/client-of-<pool>) is never copied onto a child.

@@ -52,7 +52,7 @@ def test_helm_lint_is_clean_in_strict_mode(sets):
 def test_chart_crds_are_a_byte_identical_copy_of_crds_dir():
     shipped = {p.name: p.read_bytes() for p in (CHART / "files" / "crds").glob("*.yaml")}
     source = {p.name: p.read_bytes() for p in (REPO / "crds").glob("*.yaml")}
-    assert shipped == source, "charts/kubecua/files/crds drifted from crds/: run `make charts-crds`"
+    assert shipped == source, "charts/kubecua/files/crds drifted from crds/: run `make crds`"
 
 
 def test_rendered_crds_equal_the_source_apart_from_the_keep_policy():

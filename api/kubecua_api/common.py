@@ -1,0 +1,69 @@
+"""Pieces both kinds share: the model base, Kubernetes types, and the helpers the CRD needs.
+
+Every model maps camelCase YAML to snake_case Python and forbids unknown fields, so a typo such as
+`groupsize` fails naming its path. What JSON Schema cannot say but the CRD needs (int-or-string,
+`default: {}` on a sub-object) is written here once, through `json_schema_extra`/`WithJsonSchema`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def defaulted(model: type[M], description: str) -> Any:
+    """A sub-object whose every field has a default: absent means all defaults. The CRD says so
+    with `default: {}` (the API server then fills in each field's own default)."""
+    return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
+
+
+# A Kubernetes quantity (e.g. 500m, 2Gi or 4): the API server's int-or-string with its pattern.
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+    r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+Quantity = Annotated[
+    int | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY_PATTERN)],
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "maxLength": 64,
+            "pattern": QUANTITY_PATTERN,
+        }
+    ),
+]
+
+# RFC 3339 time as the API server writes it; kept a string (status is patched as JSON).
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+
+
+class Condition(ApiModel):
+    type: str = Field(description="Condition type.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Condition status.")
+    reason: str | None = Field(default=None, description="CamelCase reason from a closed set.")
+    message: str | None = Field(default=None, description="Human-readable detail.")
+    last_transition_time: DateTime | None = Field(
+        default=None, description="When status last changed."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="Generation this condition describes."
+    )
+
+
+def conditions(description: str) -> Any:
+    """status.conditions: a list keyed by type (server-side apply merges it by type)."""
+    return Field(
+        default=None,
+        description=description,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
