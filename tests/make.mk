@@ -16,9 +16,10 @@ node-images: setup-apt trainer-env
 	hack/build-images.sh operator sandbox trainer
 
 # The chart's own test files run under test-charts; everything else in e2e/ runs here.
+# vm-disk and vm-runner: test_real_node_vm_pool.py boots the VM disk in a pod of that image.
 # The tiny model's rule is in trainer/make.mk; its stamp's name is set in the top Makefile.
 test-e2e: tests-env setup-go setup-addons setup-node node-images sandbox-env operator-env trainer-env \
-		$(TINY_MODEL_STAMP)
+		$(TINY_MODEL_STAMP) vm-disk vm-runner
 	cd tests && .venv/bin/pytest -q e2e $(addprefix --ignore=,$(CHART_TESTS))
 
 # Every make bench-* target, as a user runs it, in its small smoke mode (tests/bench/): each runs

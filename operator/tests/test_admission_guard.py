@@ -27,6 +27,7 @@ from kubecua_operator.sandboxpool.backends.pod import build_pod
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun import children as run_children
 from kubecua_operator.trainingrun.job import build_job
+from kubecua_operator.trainingrun.model import parse
 from kubecua_operator.trainingrun.reconcile import static_children
 
 from .conftest import wait_until
@@ -151,7 +152,7 @@ def owned_run(kube: Kube, namespace: str, **spec: Any) -> Obj:
 
 
 def trainer_job(run: Obj, uid: str = "0123456789abcdef") -> Obj:
-    return adopt(build_job(run, Settings(), suspend=False, pool=(uid, "pod")), run)
+    return adopt(build_job(parse(run), Settings(), suspend=False, pool=(uid, "pod")), run)
 
 
 def with_pod(job: Obj, change: Callable[[Obj], None]) -> Obj:
@@ -172,7 +173,7 @@ def test_every_object_the_operator_builds_is_admitted(cluster, kube, guard, name
     # The run's children, for real and as the operator writes them (server-side apply, which
     # creates): its Job's pods are made by the Job controller and its Deployment's by the
     # ReplicaSet controller, each checked by the workloads policy.
-    for obj in static_children(run, with_pod_monitor=False):
+    for obj in static_children(parse(run), with_pod_monitor=False):
         assert op.apply(adopt(obj, run))["metadata"]["uid"], obj["kind"]
     create(op, trainer_job(run), namespace, dry=False)
     trainers = wait_until(
@@ -202,11 +203,18 @@ def test_every_object_the_operator_builds_is_admitted(cluster, kube, guard, name
     vm_pool["spec"]["desktop"] = {"kubevirt": {"containerDisk": "example/ubuntu:22.04"}}
     ext_pool = copy.deepcopy(pool)
     ext_pool["spec"]["desktop"] = {"external": {"endpoints": ["http://10.0.0.5:8000"]}}
+    # The pod backend's VM mode (desktop.vm): qemu beside the episode server, the base disk's
+    # claim read-only, /dev/kvm as a device resource (or nothing, under qemu's emulator).
+    qemu_pools = []
+    for vm in ({"volume": "base"}, {"volume": "base", "disk": "Ubuntu.qcow2", "kvm": True}):
+        qemu_pools.append(copy.deepcopy(pool))
+        qemu_pools[-1]["spec"]["desktop"] = {"pod": {"image": "example/vm-runner:1"}, "vm": vm}
     objs = [
         pool_children.build_token_secret("desks", namespace, uid, "t" * 43),
         pool_children.build_network_policy("desks", namespace, [], OP_NS, [5000]),
         pool_children.build_sandbox_service("desks", namespace, "desks-0", selector=True),
         build_pod(pool, 0, cfg),
+        *(build_pod(p, 2 + i, cfg) for i, p in enumerate(qemu_pools)),
         *kubevirt.KubevirtBackend().build(vm_pool, 1, cfg),
         external.build_slice(ext_pool, 0, ready=True),
     ]
@@ -244,7 +252,7 @@ def test_operator_runs_no_privileged_host_or_foreign_workload(cluster, kube, gua
         assert rule_text in message, (rule_text, message)
 
     # The sglang Deployment: the default ServiceAccount without a token, and nothing else.
-    deployment = adopt(run_children.build_sglang(run, Settings())[0], run)
+    deployment = adopt(run_children.build_sglang(parse(run), Settings())[0], run)
     assert refusal(create, op, deployment, namespace) == ""
     other = with_pod(deployment, lambda p: p.update(serviceAccountName="cluster-admin-sa"))
     assert "not cluster-admin-sa" in refusal(create, op, other, namespace)
@@ -278,7 +286,7 @@ def test_operator_writes_nothing_in_kube_system(cluster, kube, guard, namespace)
     ext = pool_manifest("desks", namespace, 1, backend="external",
                         desktop={"external": {"endpoints": ["http://10.0.0.5:8000"]}})  # fmt: skip
     objs = [
-        *static_children(run, with_pod_monitor=False),  # ConfigMap, SA, Role, RoleBinding, ...
+        *static_children(parse(run), with_pod_monitor=False),  # ConfigMap, SA, Role, ...
         trainer_job(run),
         external.build_slice(ext, 0, ready=True),
         pool_children.build_token_secret("desks", "kube-system", "0123456789", "t" * 43),
@@ -289,7 +297,7 @@ def test_operator_writes_nothing_in_kube_system(cluster, kube, guard, namespace)
                      "NetworkPolicy", "EndpointSlice", "Job", "Deployment", "Secret"}  # fmt: skip
     # A RoleBinding to a missing Role fails RBAC's escalation check before admission: give it
     # one (rules the operator holds) so that the binding reaches the guard.
-    role = run_children.build_role(run)
+    role = run_children.build_role(parse(run))
     create(kube, role, "kube-system", dry=False)
     try:
         for obj in objs:
@@ -345,7 +353,8 @@ def test_operator_patches_and_deletes_only_what_it_owns(cluster, kube, guard, na
 def test_operator_grants_and_exposes_only_what_a_run_needs(cluster, kube, guard, namespace):
     op = acting_as(cluster, OPERATOR)
     run = owned_run(kube, namespace)
-    role, binding = run_children.build_role(run), run_children.build_role_binding(run)
+    parsed = parse(run)
+    role, binding = run_children.build_role(parsed), run_children.build_role_binding(parsed)
     create(op, adopt(role, run), namespace, dry=False)  # a binding needs its Role to exist
     assert refusal(create, op, binding, namespace) == ""
     # RBAC's escalation check stops a grant the operator does not hold; the guard stops one it
@@ -359,14 +368,14 @@ def test_operator_grants_and_exposes_only_what_a_run_needs(cluster, kube, guard,
         {"kind": "User", "name": ALICE, "apiGroup": "rbac.authorization.k8s.io"}
     ]
     assert "binds only a trainer's Role" in refusal(create, op, to_alice, namespace)
-    service = run_children.build_metrics_service(run)
+    service = run_children.build_metrics_service(parsed)
     node_port = copy.deepcopy(service)
     node_port["spec"]["type"] = "NodePort"
     assert "ClusterIP without external IPs" in refusal(create, op, node_port, namespace)
     anyone = copy.deepcopy(service)
     anyone["spec"]["selector"] = {"app": "web"}
     assert "select only sandboxes or a run's pods" in refusal(create, op, anyone, namespace)
-    everything = run_children.build_network_policy(run)
+    everything = run_children.build_network_policy(parsed)
     everything["spec"]["podSelector"] = {}
     assert "select only a pool's or a run's pods" in refusal(create, op, everything, namespace)
     ext = pool_manifest("desks", namespace, 1, backend="external",

@@ -6,6 +6,11 @@ KubeVirt would once the guest's desktop server answers its readiness probe.
 
 from __future__ import annotations
 
+import base64
+
+import pytest
+from kubernetes.client.rest import ApiException
+
 from .conftest import wait_until
 from .helpers import pool_status, sandbox_pods
 
@@ -89,3 +94,50 @@ def test_kubevirt_pool_policy_always_allows_its_own_traffic(kube, operator, name
     dns = next(r for r in spec["egress"] if {"protocol": "UDP", "port": 53} in r["ports"])
     assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
     assert len(spec["egress"]) == 2  # nothing else: the pool asked for no egress
+
+
+def test_our_vm_disk_boots_its_kernel_and_reads_the_token_from_a_nocloud_drive(
+    kube, operator, namespace
+):
+    """kubecua's disk as a containerDisk (make vm-containerdisk): kernelBoot from the image's
+    /boot, and the pool's token Secret as a cloudInitNoCloud drive. Read back from the API
+    server: KubeVirt's schema prunes any field it does not know, so what comes back is valid."""
+    pool = kubevirt_pool(namespace, 1)
+    pool["spec"]["desktop"]["kubevirt"] = {
+        "containerDisk": "localhost/kubecua/sandbox-vm-disk:dev", "kernelBoot": True,
+        "memory": "2Gi", "cpu": 2,
+    }  # fmt: skip
+    kube.create(pool)
+    (vm,) = wait_until(
+        lambda: kube.list("VirtualMachine", namespace, "kubecua.dev/pool=vms"), 60, "the VM"
+    )
+    tmpl = vm["spec"]["template"]["spec"]
+    assert tmpl["domain"]["firmware"]["kernelBoot"] == {
+        "container": {"image": "localhost/kubecua/sandbox-vm-disk:dev",
+                      "kernelPath": "/boot/vmlinuz", "initrdPath": "/boot/initrd.img"},
+        "kernelArgs": "root=/dev/vda rw console=ttyS0 init=/opt/kubecua/vm/init quiet",
+    }  # fmt: skip
+    volumes = {v["name"]: v for v in tmpl["volumes"]}
+    assert volumes["boot"]["containerDisk"] == {
+        "image": "localhost/kubecua/sandbox-vm-disk:dev", "path": "/disk/disk.qcow2"
+    }  # fmt: skip
+    # The boot disk first (/dev/vda, the kernel's root=), the config drive second.
+    assert [d["name"] for d in tmpl["domain"]["devices"]["disks"]] == ["boot", "cidata"]
+    secret_name = volumes["cidata"]["cloudInitNoCloud"]["userDataSecretRef"]["name"]
+    uid = kube.get("SandboxPool", namespace, "vms")["metadata"]["uid"].replace("-", "")
+    assert secret_name == f"vms-sandbox-token-{uid[:10]}"
+    secret = wait_until(lambda: kube.get("Secret", namespace, secret_name), 30, "the token")
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    # What sandbox-image/vm/init.sh reads from the drive's user-data: KEY=VALUE lines.
+    userdata = base64.b64decode(secret["data"]["userdata"]).decode()
+    assert userdata == f"KUBECUA_SANDBOX_TOKEN={token}\n"
+    assert len(token) >= 16
+
+
+def test_kernel_boot_without_a_container_disk_is_refused(kube, crds, namespace):
+    pool = kubevirt_pool(namespace, 1)
+    pool["spec"]["desktop"]["kubevirt"] = {"dataVolume": "ubuntu", "kernelBoot": True}
+    with pytest.raises(ApiException) as err:
+        kube.create(pool)
+    assert err.value.status == 422
+    assert "spec.desktop.kubevirt.kernelBoot needs containerDisk" in str(err.value.body)

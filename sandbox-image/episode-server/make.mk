@@ -28,12 +28,15 @@ test-sandbox-image: episode-env ## build the sandbox image (if its inputs change
 # (kubecua_episode.vm) booting it with qemu, snapshotting it and restoring it. Cost on the shared
 # 2-core machine (qemu's emulator: its KVM runs no stock kernel): the disk about 4 min after a
 # change of the sandbox image, 0.7 s unchanged; the tests (one boot, one rebuild) about 5 min.
-.PHONY: vm-disk vm-containerdisk test-vm bench-vm
+.PHONY: vm-disk vm-containerdisk vm-runner test-vm bench-vm
 vm-disk: setup-apt ## the desktop VM disk (qcow2, kernel, initramfs) from the sandbox image; cached by inputs
 	hack/build-images.sh sandbox
 	hack/build-vm-disk.sh >/dev/null
 vm-containerdisk: vm-disk ## the VM disk as a KubeVirt containerDisk image, localhost/kubecua/sandbox-vm-disk:dev
 	hack/build-vm-disk.sh --containerdisk >/dev/null
+vm-runner: ## the image of a VM sandbox's pod (desktop.vm): the sandbox image plus qemu, localhost/kubecua/sandbox-vm-runner:dev
+	hack/build-images.sh sandbox
+	hack/build-vm-runner.sh
 TEST_TARGETS += test-vm
 test-vm: episode-env vm-disk ## boot the desktop VM with qemu: token, snapshot restore fidelity, quarantine and rebuild
 	cd sandbox-image/episode-server && KUBECUA_VM_DISK_DIR=$$(../../hack/build-vm-disk.sh 2>/dev/null) \

@@ -24,9 +24,15 @@ DNS_EGRESS: Obj = {
 }
 
 
+USERDATA_KEY = "userdata"  # the key KubeVirt's cloudInitNoCloud.userDataSecretRef reads
+
+
 def build_token_secret(pool: str, namespace: str, uid: str, token: str) -> Obj:
     """The pool's bearer token (tokens.pool_token), under a name only this pool can have.
-    Immutable: nobody edits it in place, and a deleted one is recreated with the same token."""
+    Immutable: nobody edits it in place, and a deleted one is recreated with the same token.
+    `userdata` holds it again as the VM disk's init reads it (KEY=VALUE lines of a cloud-init
+    NoCloud user-data, sandbox-image/vm/init.sh): a KubeVirt VM's userDataSecretRef names this
+    Secret, so the token reaches the guest on its config drive, never baked into the disk."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -37,7 +43,10 @@ def build_token_secret(pool: str, namespace: str, uid: str, token: str) -> Obj:
         },
         "type": names.TOKEN_SECRET_TYPE,
         "immutable": True,
-        "data": {names.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        "data": {
+            names.TOKEN_KEY: base64.b64encode(token.encode()).decode(),
+            USERDATA_KEY: base64.b64encode(f"KUBECUA_SANDBOX_TOKEN={token}\n".encode()).decode(),
+        },
     }
 
 

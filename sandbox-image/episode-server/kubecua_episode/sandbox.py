@@ -25,6 +25,7 @@ from kubecua_episode.observe import build_observation, settle
 from kubecua_episode.reset import RemoteResetter, Resetter
 from kubecua_episode.settings import Settings
 from kubecua_episode.system import SudoSystemState, SystemState, sudo_works
+from kubecua_episode.vm.restore import SnapshotResetter
 from kubecua_sandbox_client import (
     EpisodeCreate,
     EpisodeStarted,
@@ -114,8 +115,9 @@ class Sandbox:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.s, self.metrics = settings, metrics
         self.desktop = Desktop(settings.desktop_url, settings.token)
-        self.resetter: Resetter | RemoteResetter = (
-            RemoteResetter(self.desktop) if settings.remote
+        self.resetter: Resetter | RemoteResetter | SnapshotResetter = (
+            SnapshotResetter(settings.vm_control_url, self.desktop) if settings.vm_control_url
+            else RemoteResetter(self.desktop) if settings.remote
             else Resetter(settings.display, settings.home, settings.pristine_home,
                           settings.scratch_dir, system_state(settings))
         )  # fmt: skip
@@ -142,7 +144,7 @@ class Sandbox:
             self.baseline_windows = set(self.desktop.window_ids())
         if not self.s.remote:  # a VM's sound state is the VM's (restarting it is the reset)
             self.audio = AudioState.read(self.desktop)
-        if self.s.remote:
+        if self.s.remote and not self.s.vm_control_url:
             log.warning("remote desktop %s: releases close the episode's windows only; the home "
                         "is not restored (restarting the VM is the operator's job)",
                         self.s.desktop_url)  # fmt: skip
@@ -164,6 +166,12 @@ class Sandbox:
             return f"EvaluatorsUnavailable: desktop-env's metric modules did not import: {error}"
         if not evaluators.loaded():
             return "Starting: importing desktop-env's metric modules"
+        if isinstance(self.resetter, SnapshotResetter):  # a VM: ready once its runner is
+            if reason := self.resetter.runner_ready():
+                return reason
+            if self.clean_problems and self.resetter.recovered():  # snapshotted, or rebuilt
+                log.info("VM ready: baseline taken", extra={"was": self.clean_problems})
+                self.take_baseline()
         if self.clean_problems:
             return "NotClean: " + "; ".join(self.clean_problems)
         try:

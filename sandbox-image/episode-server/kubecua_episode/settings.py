@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # Remote desktop (a VM, KUBECUA_DESKTOP_URL): no local display or home; reset closes the
     # episode's windows through the desktop API and cannot restore the home (see reset.py).
     remote: bool = False
+    # A VM desktop's runner (kubecua_episode.vm's control port, KUBECUA_VM_CONTROL_URL): reset
+    # restores the VM's snapshot through it instead of closing windows (vm/restore.py).
+    vm_control_url: str = ""
     # Not settings: OSWorld's conventions and this server's limits.
     setup_timeout_s: ClassVar[float] = 180.0
     step_timeout_s: ClassVar[float] = 120.0
@@ -123,6 +126,10 @@ class Settings(BaseSettings):
             loc = str(err["loc"][0])  # a field's name, or the variable it has as alias
             name = loc if loc.startswith("KUBECUA_") else f"KUBECUA_{loc.upper()}"
             raise SettingsError(f"{name}={err['input']!r}: {err['msg']}") from None
+        if settings.vm_control_url and not settings.remote:
+            raise SettingsError(
+                "KUBECUA_VM_CONTROL_URL: a VM runner needs KUBECUA_DESKTOP_URL (the VM's desktop)"
+            )
         for copy in settings.system_copies:
             if not any(copy == r or r in copy.parents for r in settings.system_paths):
                 raise SettingsError(

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from kubecua_episode.vm.__main__ import serve
 from kubecua_episode.vm.runner import VmError, VmRunner, VmSpec, free_port
 from kubecua_sandbox_client import ObservationOptions, SandboxClient, SettleOptions
 
@@ -116,7 +117,7 @@ def test_restore_undoes_settings_files_and_running_apps(vm: VmRunner) -> None:
 
 
 # The offline suite's settings task (as in test_reset_fidelity.py): its reference sets the dark
-# style. The remote episode server's own release cannot undo dconf; the VM's restore does.
+# style. A remote episode server's own clean-up cannot undo dconf; the VM's restore does.
 TASK = {
     "id": "vm-dark-style",
     "instruction": "Switch the desktop to the dark style.",
@@ -131,16 +132,21 @@ TASK = {
 REFERENCE = [f"import subprocess; subprocess.run({['gsettings', 'set', *KEY, 'prefer-dark']!r})"]
 
 
-def test_episode_server_scores_a_task_on_the_vm_and_the_restore_makes_it_clean(
+def test_episode_server_scores_a_task_on_the_vm_and_its_release_restores_the_snapshot(
     vm: VmRunner, tmp_path: Path
 ) -> None:
-    port = free_port()
+    """As a VM sandbox's pod runs them: the runner's control port beside the episode server,
+    whose release restores the VM's snapshot through it (no clean-up in place)."""
+    port, control_port = free_port(), free_port()
+    control = serve(vm, control_port)
+    restores = vm.restores
     env = {
         **os.environ,
         "KUBECUA_SANDBOX_TOKEN": TOKEN,
         "KUBECUA_DESKTOP_URL": vm.url,
         "KUBECUA_CDP_URL": f"http://127.0.0.1:{vm.forwards[9222]}",
         "KUBECUA_VLC_URL": f"http://127.0.0.1:{vm.forwards[8080]}",
+        "KUBECUA_VM_CONTROL_URL": f"http://127.0.0.1:{control_port}",
     }
     log = (tmp_path / "episode.log").open("wb")
     server = subprocess.Popen(
@@ -157,30 +163,32 @@ def test_episode_server_scores_a_task_on_the_vm_and_the_restore_makes_it_clean(
             return False
 
     async def episode(sb: SandboxClient, actions: list[str]) -> float:
+        wait_for(ready, 120, "the episode server's /readyz")
         ep = await sb.start_episode(TASK, ObservationOptions(format="png"), SettleOptions())
         try:
             for action in [*actions, "DONE"]:
                 await sb.step(ep.episode_id, action)
             return (await sb.evaluate(ep.episode_id)).score
         finally:
-            await sb.release(ep.episode_id)
+            released = await sb.release(ep.episode_id)  # the runner's loadvm, then verify
+            assert released.clean
 
     async def run() -> list[float]:
         async with SandboxClient(url, TOKEN, timeout=600) as sb:
-            scores = [await episode(sb, REFERENCE)]
-            vm.restore()
-            scores.append(await episode(sb, []))
-            vm.restore()
-            scores.append(await episode(sb, REFERENCE))
-            vm.restore()
-            return scores
+            return [await episode(sb, REFERENCE), await episode(sb, []),
+                    await episode(sb, REFERENCE)]  # fmt: skip
 
     try:
         wait_for(ready, 300, "the episode server's /readyz")
+        # 0 after 1: the reference's dconf change is gone, which only the restore undoes.
         assert asyncio.run(run()) == [1.0, 0.0, 1.0]
+        assert vm.restores == restores + 3
+        assert vm.rebuilds == 0
     finally:
         server.terminate()
         server.wait(30)
+        control.shutdown()
+        control.server_close()
         log.close()
 
 

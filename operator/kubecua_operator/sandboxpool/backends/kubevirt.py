@@ -1,23 +1,27 @@
 """KubeVirt backend: a kubevirt.io/v1 VirtualMachine per sandbox, booted from a containerDisk or a
 clone of a DataVolume, plus an episode-server pod pointed at the VM's desktop API.
 
-Meant for OSWorld's stock Ubuntu image: its desktop server listens on :5000, and the VM's
-readiness probe asks it for /platform. No VM has booted under KubeVirt here (the tests check the
-manifests against KubeVirt's CRD schema). Windows is refused at admission (the CRD's rule on
-spec.desktop.os): the episode server drives Linux desktops only. The episode server reaches the
-VM through the `<sandbox>-desktop` Service (the VM's launcher pod carries role=vm), so the
-sandbox's main Service keeps one backend: the episode-server pod.
+Boots OSWorld's stock Ubuntu image, or kubecua's own VM disk as a containerDisk (`make
+vm-containerdisk`, with kernelBoot: its /boot kernel and initramfs). Either desktop server
+listens on :5000, and the VM's readiness probe asks it for /platform. The pool's token reaches
+the guest on a NoCloud config drive from the pool's token Secret. No VM has booted under
+KubeVirt here (the tests check the manifests against KubeVirt's CRD schema). Windows is refused
+at admission (the CRD's rule on spec.desktop.os): the episode server drives Linux desktops only.
+The episode server reaches the VM through the `<sandbox>-desktop` Service (the VM's launcher pod
+carries role=vm), so the sandbox's main Service keeps one backend: the episode-server pod.
 """
 
 from __future__ import annotations
 
 from kubecua_operator import names
-from kubecua_operator.sandboxpool.backends import Obj
+from kubecua_operator.k8s import Kube
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
 from kubecua_operator.sandboxpool.backends.pod import (
     observe_pods,
     security_context,
     token_volume,
 )
+from kubecua_operator.sandboxpool.children import build_network_policy
 from kubecua_operator.sandboxpool.model import (
     FAILED,
     PENDING,
@@ -26,9 +30,14 @@ from kubecua_operator.sandboxpool.model import (
     Sandbox,
     Summary,
     service_shape,
+    summarize_object,
 )
 from kubecua_operator.settings import Settings
 
+# Our VM disk as a containerDisk (hack/build-vm-disk.sh --containerdisk): the qcow2 under /disk,
+# the kernel and initramfs under /boot; the kernel arguments of kubecua_episode.vm.runner.
+CONTAINER_DISK_PATH = "/disk/disk.qcow2"
+KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 init=/opt/kubecua/vm/init quiet"
 FAILED_VM_STATES = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "DataVolumeError"}
 UNSCHEDULABLE_VM_STATES = {"ErrorUnschedulable"}
 
@@ -51,12 +60,16 @@ def build_vm(pool: Obj, index: int) -> Obj:
                     "memory": {"guest": kv.get("memory", "8Gi")},
                     "resources": {"requests": {"memory": kv.get("memory", "8Gi")}},
                     "devices": {
-                        "disks": [{"name": "boot", "disk": {"bus": "virtio"}}],
+                        # boot first: /dev/vda, the root our disk's kernel arguments name.
+                        "disks": [
+                            {"name": "boot", "disk": {"bus": "virtio"}},
+                            {"name": "cidata", "disk": {"bus": "virtio"}},
+                        ],
                         "interfaces": [{"name": "default", "masquerade": {}}],
                     },
                 },
                 "networks": [{"name": "default", "pod": {}}],
-                "volumes": [_boot_volume(kv, name)],
+                "volumes": [_boot_volume(kv, name), _config_drive(pool)],
                 "readinessProbe": {
                     "httpGet": {"path": "/platform", "port": kv.get("desktopPort", 5000)},
                     "initialDelaySeconds": 20,
@@ -66,6 +79,8 @@ def build_vm(pool: Obj, index: int) -> Obj:
             },
         },
     }
+    if kv.get("kernelBoot"):
+        vm_spec["template"]["spec"]["domain"]["firmware"] = {"kernelBoot": _kernel_boot(kv)}
     if kv.get("dataVolume"):
         vm_spec["dataVolumeTemplates"] = [
             {
@@ -86,8 +101,32 @@ def build_vm(pool: Obj, index: int) -> Obj:
 
 def _boot_volume(kv: Obj, name: str) -> Obj:
     if kv.get("containerDisk"):
-        return {"name": "boot", "containerDisk": {"image": kv["containerDisk"]}}
+        disk: Obj = {"image": kv["containerDisk"]}
+        if kv.get("kernelBoot"):  # ours (make vm-containerdisk): the disk beside /boot
+            disk["path"] = CONTAINER_DISK_PATH
+        return {"name": "boot", "containerDisk": disk}
     return {"name": "boot", "dataVolume": {"name": f"{name}-disk"}}
+
+
+def _kernel_boot(kv: Obj) -> Obj:
+    """Direct kernel boot from the containerDisk image's own /boot files (our disk has no
+    bootloader), with the same kernel arguments as kubecua_episode.vm's runner."""
+    return {
+        "container": {
+            "image": kv["containerDisk"],
+            "kernelPath": "/boot/vmlinuz",
+            "initrdPath": "/boot/initrd.img",
+        },
+        "kernelArgs": KERNEL_ARGS,
+    }
+
+
+def _config_drive(pool: Obj) -> Obj:
+    """The pool's token Secret as the guest's NoCloud config drive (an iso9660 disk labelled
+    cidata whose user-data is the Secret's `userdata`): the VM disk's init reads the token
+    there. OSWorld's stock image has no reader for it, and its desktop server no token."""
+    secret = names.own_token_secret(pool["metadata"]["name"], pool["metadata"].get("uid", ""))
+    return {"name": "cidata", "cloudInitNoCloud": {"userDataSecretRef": {"name": secret}}}
 
 
 def build_desktop_service(pool: Obj, index: int) -> Obj:
@@ -165,9 +204,7 @@ def combine(pod_box: Sandbox | None, vm: Summary) -> Sandbox:
     return Sandbox(vm.name, index, state, vm.uid, url, unschedulable=limited, reason=vm.phase)
 
 
-class KubevirtBackend:
-    uses_pods = True
-
+class KubevirtBackend(Backend):
     def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
         return [
             build_vm(pool, index),
@@ -192,6 +229,42 @@ class KubevirtBackend:
                 Sandbox(box.name, index, box.state, box.uid, box.url, box.unschedulable, box.reason)
             )
         return out
+
+    def shared_objects(self, pool: Obj, operator_namespace: str) -> list[Obj]:
+        """The NetworkPolicy, which also lets each episode server reach its VM."""
+        meta, spec = pool["metadata"], pool["spec"]
+        kv = spec["desktop"]["kubevirt"]
+        vm_ports = [kv.get("desktopPort", 5000), names.PORTS["cdp"], names.PORTS["vlc"]]
+        egress = spec.get("egress") or []
+        return [
+            build_network_policy(
+                meta["name"], meta["namespace"], egress, operator_namespace, vm_ports
+            )
+        ]
+
+    def not_installed(self, api: Kube) -> tuple[str, str] | None:
+        if api.has_resource("kubevirt.io/v1", "virtualmachines"):
+            return None
+        message = "KubeVirt is not installed: the API serves no kubevirt.io/v1 virtualmachines"
+        return "KubeVirtNotInstalled", message
+
+    def extra_children(self, api: Kube, pool: Obj) -> list[Summary]:
+        """VMs and their desktop Services: listed, not watched, since KubeVirt may be absent."""
+        meta = pool["metadata"]
+        selector = f"{names.POOL_LABEL}={meta['name']}"
+        vms = api.list("VirtualMachine", meta["namespace"], selector)
+        desktops = api.list("Service", meta["namespace"], f"{selector},{names.ROLE_LABEL}=vm")
+        found = [summarize_object("VirtualMachine", vm) for vm in vms]
+        found += [summarize_object("Service", d) for d in desktops]
+        return [x for x in found if x.owner == meta["uid"]]
+
+    def repairs(
+        self, pool: Obj, children: list[Summary], probes: dict[str, Probe], settings: Settings
+    ) -> list[Repair]:
+        """A VM's lost episode-server pod or desktop Service, and an edited desktop Service."""
+        missing = self.missing_parts(pool, children, settings)
+        edited = self.edited_parts(pool, children)
+        return [("create", obj) for obj in missing] + [("restore", obj) for obj in edited]
 
     def missing_parts(self, pool: Obj, children: list[Summary], settings: Settings) -> list[Obj]:
         """Episode-server pods and desktop Services of live VMs that lost theirs (deleted, or a

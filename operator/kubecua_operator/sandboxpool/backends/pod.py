@@ -1,5 +1,9 @@
 """Pod backend: our sandbox image runs the desktop and the episode server in one pod.
 
+With spec.desktop.vm the pod boots a VM disk instead (docs/vm-desktops.md): a qemu runner on a
+copy-on-write overlay of a read-only base from a PersistentVolumeClaim, and the episode server in
+its `--remote` mode, which restores the VM's snapshot on release rather than cleaning in place.
+
 The pod is Ready only when the episode server's /readyz says so (desktop answers and the screen is
 not black), so readiness is application-level. restartPolicy Never: a crashed desktop becomes a
 Failed pod that the pool replaces with a fresh one (with backoff) rather than a dirty restart.
@@ -7,8 +11,11 @@ Failed pod that the pool replaces with a fresh one (with backoff) rather than a 
 
 from __future__ import annotations
 
+import copy
+
 from kubecua_operator import names
-from kubecua_operator.sandboxpool.backends import Obj
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj
+from kubecua_operator.sandboxpool.children import build_network_policy
 from kubecua_operator.sandboxpool.model import (
     FAILED,
     PENDING,
@@ -102,12 +109,85 @@ def build_container(pool: Obj, settings: Settings) -> Obj:
     }  # fmt: skip
 
 
+# A VM sandbox (spec.desktop.vm): where the base disk's claim and the VM's overlay are mounted,
+# and the loopback ports the runner forwards to the guest (the episode server reaches them there).
+VM_BASE, VM_WORK, VM_CONTROL_PORT = "/var/lib/kubecua/vm-base", "/var/lib/kubecua/vm", 5100
+KVM_RESOURCE = "devices.kubevirt.io/kvm"  # KubeVirt's device plugin advertises /dev/kvm so
+PYTHON = "/opt/kubecua/episode-server/.venv/bin/python"
+
+
+def memory_mb(quantity: str) -> int:
+    """`2Gi` or `2048Mi` (the CRD's pattern) in MiB."""
+    return int(quantity[:-2]) * (1024 if quantity.endswith("Gi") else 1)
+
+
+def build_vm_containers(pool: Obj, name: str, settings: Settings) -> list[Obj]:
+    """The runner, which boots the base disk on an overlay in the pod's emptyDir and restores
+    its snapshot on request, and the episode server pointed at it (restores instead of cleans).
+    Only the episode server's port leaves the pod: the runner binds the guest's ports to
+    127.0.0.1, so the desktop is reached through the episode server alone."""
+    desktop = pool["spec"].get("desktop") or {}
+    vm, pod_cfg, screen = desktop["vm"], desktop.get("pod") or {}, desktop.get("screen") or {}
+    width, height = screen.get("width", 1920), screen.get("height", 1080)
+    token = f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"
+    disk = ["--disk", f"{VM_BASE}/{vm['disk']}"] if vm.get("disk") else ["--disk-dir", VM_BASE]
+    resources = copy.deepcopy(pod_cfg.get("resources") or {})
+    if vm.get("kvm"):
+        resources.setdefault("limits", {})[KVM_RESOURCE] = "1"
+        resources.setdefault("requests", {})[KVM_RESOURCE] = "1"
+    runner = {
+        "name": "vm",
+        "image": pod_cfg["image"],
+        "command": [PYTHON, "-m", "kubecua_episode.vm", *disk,
+                    "--workdir", f"{VM_WORK}/{name}", "--port", str(names.PORTS["desktop"]),
+                    "--control-port", str(VM_CONTROL_PORT), "--token-file", token,
+                    "--memory-mb", str(memory_mb(vm.get("memory", "2Gi"))),
+                    "--cpus", str(vm.get("cpu", 2)), "--screen", f"{width}x{height}",
+                    "--cdp-port", str(names.PORTS["cdp"]), "--vlc-port", str(names.PORTS["vlc"])],
+        # kvm when the pod has /dev/kvm (the device resource) and the host runs stock kernels,
+        # else qemu's emulator (kubecua_episode.vm.runner.default_accel).
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "securityContext": security_context(),
+        "volumeMounts": [token_volume(pool)[1],
+                         {"name": "vm-base", "mountPath": VM_BASE, "readOnly": True},
+                         {"name": "vm", "mountPath": VM_WORK}],
+        "resources": resources,
+    }  # fmt: skip
+    server = build_container(pool, settings)
+    local = "http://127.0.0.1"
+    server["image"], server["args"] = pod_cfg["image"], ["episode-server"]
+    server["env"] += [
+        {"name": "KUBECUA_DESKTOP_URL", "value": f"{local}:{names.PORTS['desktop']}"},
+        {"name": "KUBECUA_CDP_URL", "value": f"{local}:{names.PORTS['cdp']}"},
+        {"name": "KUBECUA_VLC_URL", "value": f"{local}:{names.PORTS['vlc']}"},
+        {"name": "KUBECUA_VM_CONTROL_URL", "value": f"{local}:{VM_CONTROL_PORT}"},
+    ]
+    server["ports"] = [{"name": "episodes", "containerPort": names.PORTS["episodes"]}]
+    server["volumeMounts"] = [token_volume(pool)[1]]
+    server["resources"] = {}
+    # The VM boots (minutes under qemu's emulator) while the episode server already answers
+    # /healthz; readiness waits for the VM, liveness only for the server.
+    return [runner, server]
+
+
 def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
     meta = pool["metadata"]
-    pod_cfg = (pool["spec"].get("desktop") or {}).get("pod") or {}
+    desktop = pool["spec"].get("desktop") or {}
+    pod_cfg, vm = desktop.get("pod") or {}, desktop.get("vm")
     name = names.sandbox_name(meta["name"], index)
     labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "episode-server"}
     shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+    if vm:
+        containers = build_vm_containers(pool, name, settings)
+        volumes = [
+            token_volume(pool)[0],
+            {"name": "vm-base",
+             "persistentVolumeClaim": {"claimName": vm["volume"], "readOnly": True}},
+            # The overlay and its snapshot (the guest's memory and written blocks): local disk.
+            {"name": "vm", "emptyDir": {}},
+        ]  # fmt: skip
+    else:
+        containers, volumes = [build_container(pool, settings)], [token_volume(pool)[0], shm]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -117,8 +197,8 @@ def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-            "containers": [build_container(pool, settings)],
-            "volumes": [token_volume(pool)[0], shm],
+            "containers": containers,
+            "volumes": volumes,
             "nodeSelector": pod_cfg.get("nodeSelector") or {},
             "tolerations": pod_cfg.get("tolerations") or [],
             "terminationGracePeriodSeconds": 10,
@@ -147,9 +227,7 @@ def observe_pods(pool: Obj, children: list[Summary], role: str) -> list[Sandbox]
     return out
 
 
-class PodBackend:
-    uses_pods = True
-
+class PodBackend(Backend):
     def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
         return [build_pod(pool, index, settings)]
 
@@ -160,3 +238,9 @@ class PodBackend:
         self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
     ) -> list[Sandbox]:
         return observe_pods(pool, children, "episode-server")
+
+    def shared_objects(self, pool: Obj, operator_namespace: str) -> list[Obj]:
+        meta, egress = pool["metadata"], pool["spec"].get("egress") or []
+        return [
+            build_network_policy(meta["name"], meta["namespace"], egress, operator_namespace, [])
+        ]

@@ -35,9 +35,12 @@ def parse(argv: list[str] | None) -> tuple[VmSpec, argparse.Namespace]:
     p.add_argument("--token-file", type=Path)
     p.add_argument("--memory-mb", type=int, default=2048)
     p.add_argument("--cpus", type=int, default=2)
+    p.add_argument("--screen", default="1920x1080", help="WIDTHxHEIGHT of the guest's display")
+    p.add_argument("--cdp-port", type=int, help="host port of the guest's :9222 (else a free one)")
+    p.add_argument("--vlc-port", type=int, help="host port of the guest's :8080 (else a free one)")
     a = p.parse_args(argv)
     token = a.token_file.read_text().strip() if a.token_file else ""
-    kw = {"memory_mb": a.memory_mb, "cpus": a.cpus, "token": token}
+    kw = {"memory_mb": a.memory_mb, "cpus": a.cpus, "token": token, "screen": a.screen}
     spec = VmSpec.from_built_disk(a.disk_dir, **kw) if a.disk_dir else VmSpec(disk=a.disk, **kw)
     return spec, a
 
@@ -57,8 +60,10 @@ def serve(runner: VmRunner, port: int) -> ThreadingHTTPServer:
         def do_GET(self) -> None:
             if self.path != "/healthz":
                 return self._answer(404, {"detail": "not found"})
-            ready = runner.state == "ready"
-            self._answer(200 if ready else 503, {"state": runner.state})
+            ready = runner.state == "ready" and runner.snapshotted
+            self._answer(
+                200 if ready else 503, {"state": runner.state, "rebuilds": runner.rebuilds, "restores": runner.restores}
+            )
 
         def do_POST(self) -> None:
             if self.path != "/restore":
@@ -80,14 +85,19 @@ def serve(runner: VmRunner, port: int) -> ThreadingHTTPServer:
 def main(argv: list[str] | None = None) -> None:
     try:
         spec, a = parse(argv)
-        runner = VmRunner(spec, a.workdir, port=a.port)
+        forwards = {9222: a.cdp_port, 8080: a.vlc_port}
+        runner = VmRunner(
+            spec, a.workdir, port=a.port, forwards={g: h for g, h in forwards.items() if h}
+        )
     except (VmError, OSError) as exc:
         sys.exit(f"kubecua-vm: {exc}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        # The control port answers from the start (503 "booting" until the snapshot is taken):
+        # the episode server beside it reports the VM's state rather than a refused connection.
+        server = serve(runner, a.control_port)
         boot_s = runner.boot()
         snap_s = runner.snapshot()
-        server = serve(runner, a.control_port)
         print(json.dumps({"desktop_url": runner.url, "boot_s": boot_s, "snapshot_s": snap_s}))
         sys.stdout.flush()
         signal.pause()

@@ -113,15 +113,26 @@ def free_port() -> int:
 class VmRunner:
     """One VM. States: stopped, booting, ready, quarantined (a failed restore; being rebuilt)."""
 
-    def __init__(self, spec: VmSpec, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        spec: VmSpec,
+        workdir: Path,
+        port: int | None = None,
+        forwards: dict[int, int] | None = None,
+    ) -> None:
+        """`forwards`: host ports of extra guest ports (a pod fixes them where its episode server
+        expects CDP and VLC); the others get free ports."""
         spec.validate()
         self.spec, self.workdir = spec, workdir
         self.port = port or free_port()
-        self.forwards = {guest: free_port() for guest in spec.extra_guest_ports}
+        fixed = forwards or {}
+        self.forwards = {guest: fixed.get(guest) or free_port() for guest in spec.extra_guest_ports}
         self.state = "stopped"
         self.proc: subprocess.Popen[bytes] | None = None
         self.qmp: Qmp | None = None
         self.rebuilds = 0
+        self.snapshotted = False  # the running VM has its snapshot: restores can start
+        self.restores = 0  # successful ones
 
     @property
     def url(self) -> str:
@@ -136,7 +147,7 @@ class VmRunner:
     def boot(self) -> float:
         """A fresh overlay on the base, qemu, and the wait for readiness; returns the seconds."""
         start = time.monotonic()
-        self.state = "booting"
+        self.state, self.snapshotted = "booting", False
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.overlay.unlink(missing_ok=True)
         subprocess.run(
@@ -165,6 +176,7 @@ class VmRunner:
         """savevm: the running desktop's memory, devices and disk, stored in the overlay."""
         start = time.monotonic()
         self._monitor().hmp(f"savevm {name}", timeout_s=600)
+        self.snapshotted = True
         return time.monotonic() - start
 
     def restore(self, name: str = SNAPSHOT, verify_timeout_s: float = 60.0) -> float:
@@ -178,6 +190,7 @@ class VmRunner:
             self.quarantine(f"restore of {name!r} failed: {exc}")
             raise VmError(f"restore failed, VM rebuilt from its base: {exc}") from exc
         self.state = "ready"
+        self.restores += 1
         return time.monotonic() - start
 
     def quarantine(self, reason: str) -> None:
