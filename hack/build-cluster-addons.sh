@@ -3,6 +3,7 @@
 # plane (docs/cluster-integrations.md):
 #   kueue                 sigs.k8s.io/kueue/cmd/kueue (go install)
 #   prometheus-operator   cmd/operator, through the wrapper module hack/go/prometheus-operator
+#   metrics-server        sigs.k8s.io/metrics-server/cmd/metrics-server (go install)
 # Binaries land in $KUBECUA_CACHE/bin/<tool>-<version>/ and are linked into $KUBECUA_CACHE/bin;
 # nothing is rebuilt while the versions (hack/versions.env) are unchanged. The CRDs the tests
 # install come from the same modules in the Go module cache (`go env GOMODCACHE`).
@@ -40,7 +41,18 @@ else
   rm -rf "$promop" && mv "$promop.tmp" "$promop"
 fi
 ln -sfn "$promop/prometheus-operator" "$bin/prometheus-operator"
-# The CRDs' source, fetched into the module cache (a no-op once there).
+
+metrics=$bin/metrics-server-$METRICS_SERVER_VERSION
+if [[ -x $metrics/metrics-server ]]; then log "metrics-server $METRICS_SERVER_VERSION cached"; else
+  log "building metrics-server $METRICS_SERVER_VERSION (a few minutes on 2 cores)"
+  GOBIN="$metrics.tmp" GOFLAGS= go install -trimpath -ldflags \
+    "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
+    "sigs.k8s.io/metrics-server/cmd/metrics-server@$METRICS_SERVER_VERSION"
+  rm -rf "$metrics" && mv "$metrics.tmp" "$metrics"
+fi
+ln -sfn "$metrics/metrics-server" "$bin/metrics-server"
+# The CRDs' and manifests' source, fetched into the module cache (a no-op once there).
 GOFLAGS= go mod download "sigs.k8s.io/kueue@$KUEUE_VERSION" \
-  "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION"
+  "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+  "sigs.k8s.io/metrics-server@$METRICS_SERVER_VERSION"
 log "add-ons ready in $bin"

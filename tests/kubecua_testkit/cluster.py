@@ -96,7 +96,10 @@ def up(name: str = "kubecua", nodes: int = 3, real_node: bool = False) -> Cluste
         if real_node:  # the API server must be reachable from pods: see node.kwokctl_config
             conf = workdir() / f"kwokctl-{name}.yaml"
             conf.parent.mkdir(parents=True, exist_ok=True)
-            conf.write_text(real.kwokctl_config(real.node_ip(), cluster_dir(name) / "pki"))
+            front_proxy = real.front_proxy_pki(cluster_dir(name) / "front-proxy")
+            conf.write_text(
+                real.kwokctl_config(real.node_ip(), cluster_dir(name) / "pki", front_proxy)
+            )
         flags = [arg for flag, tool in COMPONENTS.items() for arg in (flag, str(binary(tool)))]
         _kwokctl(
             "create", "cluster", "--name", name, "--runtime", "binary",

@@ -76,18 +76,49 @@ def node_ip() -> str:
         return str(s.getsockname()[0])
 
 
-def kwokctl_config(ip: str, pki: Path) -> str:
+def front_proxy_pki(directory: Path) -> Path:
+    """The API aggregation layer's own CA and the client certificate the API server proxies
+    with (CN front-proxy-client), as kubeadm makes them: an aggregated API server (metrics-server)
+    trusts the X-Remote-User headers only on a connection that certificate opens. Idempotent."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, key = directory / "ca.crt", directory / "ca.key"
+    if not ca.exists():
+        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+             "-subj", "/CN=front-proxy-ca", "-keyout", key, "-out", ca])  # fmt: skip
+    client_key, csr, crt = (directory / f"client.{ext}" for ext in ("key", "csr", "crt"))
+    if not crt.exists():
+        run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", client_key,
+             "-out", csr, "-subj", "/CN=front-proxy-client"])  # fmt: skip
+        run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", key,
+             "-CAcreateserial", "-days", "30", "-out", crt])  # fmt: skip
+    return directory
+
+
+def kwokctl_config(ip: str, pki: Path, front_proxy: Path) -> str:
     """kwokctl settings for a cluster with a real node. The API server also listens on the node's
     address and advertises it there, so pods reach it through the `kubernetes` Service (whose
     ClusterIP its certificate names); it calls the kubelet (logs, exec) with the admin
-    certificate. Everything else stays on loopback, as in hack/kwokctl.yaml."""
+    certificate. The aggregation layer is set up as kubeadm does it (`front_proxy`: see
+    front_proxy_pki), and it reaches an aggregated API at its Service's endpoint address
+    (metrics-server runs on the host, kubecua_testkit.metrics_server). Everything else stays on
+    loopback, as in hack/kwokctl.yaml."""
     args = {
         "bind-address": "0.0.0.0",
         "advertise-address": ip,
         "kubelet-client-certificate": str(pki / "admin.crt"),
         "kubelet-client-key": str(pki / "admin.key"),
         "kubelet-preferred-address-types": "InternalIP",  # no DNS name for the node here
+        # kwokctl proxies with the admin certificate, which no requestheader CA vouches for
+        "proxy-client-cert-file": str(front_proxy / "client.crt"),
+        "proxy-client-key-file": str(front_proxy / "client.key"),
+        "requestheader-client-ca-file": str(front_proxy / "ca.crt"),
+        "requestheader-allowed-names": "front-proxy-client",
+        "requestheader-username-headers": "X-Remote-User",
+        "requestheader-group-headers": "X-Remote-Group",
+        "requestheader-extra-headers-prefix": "X-Remote-Extra-",
+        "enable-aggregator-routing": "true",
     }
+    replaced = {"bind-address", "proxy-client-cert-file", "proxy-client-key-file"}
     doc = {
         "kind": "KwokctlConfiguration",
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -95,7 +126,7 @@ def kwokctl_config(ip: str, pki: Path) -> str:
         "componentsPatches": [{
             "name": "kube-apiserver",
             # override replaces kwokctl's own flag; the others are added
-            "extraArgs": [{"key": k, "value": v, "override": k == "bind-address"}
+            "extraArgs": [{"key": k, "value": v, "override": k in replaced}
                           for k, v in args.items()],
         }, {
             # kwokctl's binary runtime lets kwok manage every node, which would fake the real
@@ -342,6 +373,20 @@ state = "{self.p.root / "containerd"}"
                 "contexts": [{"name": who, "context": {"cluster": "local", "user": who}}],
             }  # fmt: skip
             (self.p.root / f"{who}.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        self._serving_certificate()
+
+    def _serving_certificate(self) -> None:
+        """The kubelet's serving certificate, signed by the cluster CA for the node's address,
+        so a client that verifies it (metrics-server with --kubelet-certificate-authority) can:
+        the kubelet's own self-signed one names no CA a client could trust."""
+        key, csr, crt, ext = (self.p.pki / f"kubelet-serving.{e}" for e in
+                              ("key", "csr", "crt", "ext"))  # fmt: skip
+        ext.write_text(f"subjectAltName=IP:{self.ip},DNS:{NAME}\nextendedKeyUsage=serverAuth\n")
+        run(["openssl", "req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+             "-out", csr, "-subj", f"/CN=system:node:{NAME}/O=system:nodes"])  # fmt: skip
+        run(["openssl", "x509", "-req", "-in", csr, "-CA", self.pki / "ca.crt",
+             "-CAkey", self.pki / "ca.key", "-CAcreateserial", "-days", "30",
+             "-extfile", ext, "-out", crt])  # fmt: skip
 
     # ---- kubelet and kube-proxy ------------------------------------------------------------
     def _start_kubelet(self, tools: dict[str, Path]) -> None:
@@ -358,6 +403,8 @@ state = "{self.p.root / "containerd"}"
                 "x509": {"clientCAFile": str(self.pki / "ca.crt")},
             },
             "authorization": {"mode": "Webhook"},
+            "tlsCertFile": str(self.p.pki / "kubelet-serving.crt"),
+            "tlsPrivateKeyFile": str(self.p.pki / "kubelet-serving.key"),
             "containerRuntimeEndpoint": f"unix://{self.p.root / 'containerd.sock'}",
             "healthzBindAddress": "127.0.0.1",
             "healthzPort": 10248,

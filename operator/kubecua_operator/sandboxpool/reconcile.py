@@ -25,8 +25,6 @@ from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.k8s import Kube, adopt, controller_uid, kube
 from kubecua_operator.sandboxpool import backends, children, plan, prober, status
-from kubecua_operator.sandboxpool.backends.external import ExternalBackend
-from kubecua_operator.sandboxpool.backends.kubevirt import KubevirtBackend
 from kubecua_operator.sandboxpool.model import (
     FAILED,
     READY,
@@ -63,8 +61,8 @@ class PoolMemory:
     gone: bool = False  # the pool was found deleted (or replaced) by a read
     verified_epoch: int = -1  # apihealth epoch of the last re-list
     verified_at: float = 0.0
-    kubevirt_checked_at: float = -1e9
-    kubevirt_installed: bool = True
+    installed_checked_at: float = -1e9
+    not_installed: tuple[str, str] | None = None  # the backend's (reason, message), if any
     issue: tuple[str, str] | None = None  # (reason, message) of the last refused write
 
 
@@ -92,24 +90,19 @@ async def run_all(jobs: list[Any], limit: int) -> list[tuple[int, Any]]:
 async def ensure_shared(
     api: Kube, body: Obj, backend: backends.Backend, memory: PoolMemory
 ) -> None:
-    """Token Secret and NetworkPolicy, on every pass (level-based: a deleted or edited one is put
-    back). The Secret is create-only (409 when it exists): the operator may not read Secrets, and
-    the token is derived, so a recreated Secret holds the same token."""
-    if not backend.uses_pods:
-        return  # external sandboxes: no pods to mount a token or to select with a policy
-    meta, cfg = body["metadata"], settings_mod.get()
-    memory.token = tokens.pool_token(meta["namespace"], meta["name"], meta["uid"])
-    secret = children.build_token_secret(meta["name"], meta["namespace"], meta["uid"], memory.token)
-    await call(api.create, adopt(secret, body))
-    egress = body["spec"].get("egress") or []
-    vm_ports = []
-    if isinstance(backend, KubevirtBackend):
-        kv = body["spec"]["desktop"]["kubevirt"]
-        vm_ports = [kv.get("desktopPort", 5000), names.PORTS["cdp"], names.PORTS["vlc"]]
-    policy = children.build_network_policy(
-        meta["name"], meta["namespace"], egress, operator_namespace(cfg), vm_ports
-    )
-    await call(api.apply, adopt(policy, body))
+    """Token Secret and the backend's shared objects (NetworkPolicy), on every pass (level-based:
+    a deleted or edited one is put back). The Secret is create-only (409 when it exists): the
+    operator may not read Secrets, and the token is derived, so a recreated Secret holds the same
+    token."""
+    meta = body["metadata"]
+    if backend.uses_pods:
+        memory.token = tokens.pool_token(meta["namespace"], meta["name"], meta["uid"])
+        secret = children.build_token_secret(
+            meta["name"], meta["namespace"], meta["uid"], memory.token
+        )
+        await call(api.create, adopt(secret, body))
+    for obj in backend.shared_objects(body, operator_namespace(settings_mod.get())):
+        await call(api.apply, adopt(obj, body))
 
 
 def operator_namespace(cfg: Any) -> str:
@@ -233,18 +226,16 @@ def delete_part(api: Kube, kind: str, namespace: str, name: str, uid: str) -> st
 def repair_jobs(
     api: Kube, body: Obj, backend: backends.Backend, kids: list[Summary], memory: PoolMemory
 ) -> list:
-    """Backend-specific fixes: external slices' readiness; a VM's lost episode-server pod or
-    desktop Service, and an edited desktop Service."""
-    if isinstance(backend, ExternalBackend):
-        return [(-1, api.apply, s) for s in backend.slice_updates(body, kids, memory.probes)]
-    if isinstance(backend, KubevirtBackend):
-        parts = backend.missing_parts(body, kids, settings_mod.get())
-        uid = body["metadata"]["uid"]
-        edited = backend.edited_parts(body, kids)
-        return [(-1, create_part, api, adopt(obj, body), uid) for obj in parts] + [
-            (-1, restore_part, api, adopt(obj, body), uid) for obj in edited
-        ]
-    return []
+    """The backend's fixes (backends.Repair): applied as built, or created or restored as
+    children of the pool."""
+    uid, jobs = body["metadata"]["uid"], list[tuple]()
+    for how, obj in backend.repairs(body, kids, memory.probes, settings_mod.get()):
+        if how == "apply":
+            jobs.append((-1, api.apply, obj))
+        else:
+            write = create_part if how == "create" else restore_part
+            jobs.append((-1, write, api, adopt(obj, body), uid))
+    return jobs
 
 
 async def list_children(api: Kube, body: Obj) -> list[Summary]:
@@ -330,14 +321,14 @@ def compare_with_list(
     return ListedView(children, ghosts, caught_up)
 
 
-async def kubevirt_ready(api: Kube, memory: PoolMemory) -> bool:
-    """Whether KubeVirt's VirtualMachine API is served (checked at most once a minute)."""
-    if time.monotonic() - memory.kubevirt_checked_at >= 60:
-        memory.kubevirt_installed = await call(
-            api.has_resource, "kubevirt.io/v1", "virtualmachines"
-        )
-        memory.kubevirt_checked_at = time.monotonic()
-    return memory.kubevirt_installed
+async def not_installed(
+    api: Kube, backend: backends.Backend, memory: PoolMemory
+) -> tuple[str, str] | None:
+    """What the cluster lacks for the backend, if anything (asked at most once a minute)."""
+    if time.monotonic() - memory.installed_checked_at >= 60:
+        memory.not_installed = await call(backend.not_installed, api)
+        memory.installed_checked_at = time.monotonic()
+    return memory.not_installed
 
 
 async def current_body(api: Kube, body: Obj, memory: PoolMemory) -> Obj | None:
@@ -384,42 +375,29 @@ async def reconcile_pool(
     body = current
     spec, meta = body["spec"], body["metadata"]
     kids = await observed_children(api, body, indexed, memory)
-    kubevirt = spec.get("backend") == "kubevirt"
-    if kubevirt and not await kubevirt_ready(api, memory):
-        message = "KubeVirt is not installed: the API serves no kubevirt.io/v1 virtualmachines"
+    missing = await not_installed(api, backend, memory)
+    if missing:
         await write_status(api, body, status.compute_status(
-            body, [], plan.Plan(target=spec.get("replicas", 1)), ("KubeVirtNotInstalled", message)
+            body, [], plan.Plan(target=spec.get("replicas", 1)), missing
         ), memory)  # fmt: skip
         return
-    if kubevirt:  # VMs are listed, not watched: KubeVirt may be absent
-        vms = await call(
-            api.list, "VirtualMachine", meta["namespace"], f"{names.POOL_LABEL}={meta['name']}"
-        )
-        kids += [x for x in (summarize_object("VirtualMachine", vm) for vm in vms)
-                 if x.owner == meta["uid"]]  # fmt: skip
-        desktops = await call(
-            api.list, "Service", meta["namespace"],
-            f"{names.POOL_LABEL}={meta['name']},{names.ROLE_LABEL}=vm",
-        )  # fmt: skip
-        kids += [x for x in (summarize_object("Service", d) for d in desktops)
-                 if x.owner == meta["uid"]]  # fmt: skip
+    kids += await call(backend.extra_children, api, body)
     memory.deleted &= {k.uid for k in kids}  # forget deletes the view has seen through
     sandboxes = mark_deleted(backend.observe(body, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
-    external = spec.get("backend") == "external"
     active = [d for d in demands if d.active]
+    plan_spec, cap = backend.plan_options(body)
     step = plan.make_plan(
-        {**spec, "reset": {}} if external else spec,
+        plan_spec,
         sandboxes,
         memory.probes,
         replace_allowed=track_failures(sandboxes, memory, cfg),
         burst=cfg.create_burst,
-        cap=len((spec.get("desktop") or {}).get("external", {}).get("endpoints", []))
-        if external
-        else None,
+        cap=cap,
         taken=memory.taken,
         demand=sum(d.sandboxes for d in active),
     )
+    step = await spare_fresh_leases(step, memory, cfg)
     doomed = {s.index for s, reason in step.delete if reason == "ScaledIn"}
     live = {s.index for s in sandboxes if s.state != TERMINATING} - doomed
     # A new sandbox's Service follows on the next pass, once its workload exists: a name that
@@ -438,6 +416,35 @@ async def reconcile_pool(
     )
     await write_status(api, body, new_status, memory)
     await announce(api, body, created, step)
+
+
+async def spare_fresh_leases(step: plan.Plan, memory: PoolMemory, cfg: Any) -> plan.Plan:
+    """Ask the ready sandboxes chosen for scale-in again, just before they go, and keep those
+    that are busy now. The plan saw probes up to a poll period old, and an HPA (or a finished
+    run) may lower the target right after an episode began there: removing that sandbox would
+    end a leased episode. A sandbox that does not answer goes as before (kwok pods run no
+    episode server); the spared ones count as leased, and the next pass picks others."""
+    chosen = {
+        s.name: memory.targets[s.name]
+        for s, reason in step.delete
+        if reason == "ScaledIn" and s.state == READY and s.name in memory.targets
+    }
+    if not (chosen and cfg.poll_episodes):
+        return step
+    fresh = await prober.probe_all(
+        chosen, memory.token, False, cfg.poll_timeout_seconds, cfg.poll_concurrency
+    )
+    busy = {name for name, probe in fresh.items() if probe.busy}
+    if not busy:
+        return step
+    log.info("scale-in spares %s: an episode began there since the last poll", sorted(busy))
+    memory.probes = {**memory.probes, **{n: _busy_probe(memory.probes.get(n)) for n in busy}}
+    kept = [(s, reason) for s, reason in step.delete if s.name not in busy]
+    return replace(step, delete=kept, leased=step.leased + len(busy))
+
+
+def _busy_probe(old: Probe | None) -> Probe:
+    return Probe(True, True) if old is None else replace(old, ready=True, busy=True)
 
 
 def mark_deleted(sandboxes: list[Sandbox], deleted: set[str]) -> list[Sandbox]:
