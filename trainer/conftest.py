@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.tiny_models import build_tiny_model
 
 pytest_plugins = ["kubecua_testkit.fixtures"]
 

@@ -10,7 +10,7 @@ test-trainer: trainer-env sandbox-env setup-go
 # A tiny Qwen2.5-VL built from a config with a locally trained tokenizer (no download); its stamp
 # (TINY_MODEL_STAMP, in the top Makefile) is named by its builder's hash.
 $(TINY_MODEL_STAMP): | trainer-env
-	trainer/.venv/bin/python -m kubecua_trainer.testing.tiny_models $(TINY_MODEL) --family qwen2_5_vl
+	trainer/.venv/bin/python -m kubecua_trainer.tiny_models $(TINY_MODEL) --family qwen2_5_vl
 	rm -f $(TINY_MODEL)/.inputs-* && touch $@
 
 # Each demo starts afresh: a run would otherwise resume from the last demo's checkpoints.
@@ -18,53 +18,53 @@ DEMO_MANIFEST := examples/trainingrun-local.yaml
 DEMO_OUT := out/demo
 
 # It first builds the small model and records the warm-up's demonstrations on real desktops
-# (both cached under $(KUBECUA_CACHE) by a hash of their inputs; learningbench/run.py --prepare),
+# (both cached under $(KUBECUA_CACHE) by a hash of their inputs; bench/learning/run.py --prepare),
 # evaluates the untrained model as the run will (`evaluate --spec`), runs the TrainingRun, and ends
-# with held-out success untrained, after the warm-up and after GRPO (learningbench/summary.py).
+# with held-out success untrained, after the warm-up and after GRPO (bench/learning/summary.py).
 demo: setup-apt trainer-env sandbox-env ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
-	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --prepare
+	cd trainer && .venv/bin/python -m bench.learning.run --prepare
 	rm -rf $(DEMO_OUT)
 	trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-typeword \
 		--spec $(DEMO_MANIFEST) --local 2 --output-dir $(DEMO_OUT)/untrained --no-progress
 	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
-	trainer/.venv/bin/python -m kubecua_trainer.learningbench.summary $(DEMO_OUT)
+	PYTHONPATH=trainer trainer/.venv/bin/python -m bench.learning.summary $(DEMO_OUT)
 
-# Learner speed and memory beside naive transformers (kubecua_trainer/perf/bench.py). Meant for the
+# Learner speed and memory beside naive transformers (bench/learner_bench.py). Meant for the
 # GPU machine, which has torch but no uv venv, so python3 runs it there; with the trainer's venv
 # and no GPU it runs a toy-width smoke version and says so in its JSON.
 BENCH_TRAINER_PY ?= $(if $(wildcard trainer/.venv/bin/python),$(CURDIR)/trainer/.venv/bin/python,python3)
 .PHONY: bench-trainer
 bench-trainer: ## learner tokens/s, TFLOP/s, peak GiB vs naive transformers (GPU; CPU: toy smoke)
-	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.bench $(BENCH_ARGS)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m bench.learner_bench $(BENCH_ARGS)
 
 # Embedded generation: plain generate() vs the continuous engine with KV reuse, 8 episodes x 8 turns
-# of 720p on the 3B shape (kubecua_trainer/perf/generation_bench.py); CPU: toy smoke.
+# of 720p on the 3B shape (bench/generation_bench.py); CPU: toy smoke.
 .PHONY: bench-generation
 bench-generation: ## generation tokens/s (prefill, decode apart), peak GiB: plain generate() vs the engine (GPU; CPU: toy smoke)
-	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.generation_bench $(BENCH_ARGS)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m bench.generation_bench $(BENCH_ARGS)
 
 # The distributed learner on the GPUs there are (torchrun; NPROC=2 on a two-GPU machine): weight
-# refresh seconds for the 3B and 7B shapes, FSDP2 vs plain learner tokens/s (perf/distributed_bench.py).
+# refresh seconds for the 3B and 7B shapes, FSDP2 vs plain learner tokens/s (bench/distributed_bench.py).
 NPROC ?= 1
 .PHONY: bench-trainer-distributed bench-trainer-rollouts
 bench-trainer-distributed: ## weight refresh (3B, 7B) and FSDP2 vs plain learner speed (GPU; CPU: toy smoke)
-	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m torch.distributed.run --nproc-per-node $(NPROC) -m kubecua_trainer.perf.distributed_bench $(BENCH_ARGS)
+	cd trainer && PYTHONPATH=. $(BENCH_TRAINER_PY) -m torch.distributed.run --nproc-per-node $(NPROC) -m bench.distributed_bench $(BENCH_ARGS)
 # Desktop utilisation with synchronous vs staleness-1 rollouts (CPU, local desktops); the tiny
 # model by default, BENCH_ARGS=--learner-bound for an update as long as a step's rollouts.
 bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktops spend in episodes, sync vs maxStaleness 1 (BENCH_ARGS=--learner-bound)
-	cd trainer && .venv/bin/python -m kubecua_trainer.perf.rollout_overlap $(BENCH_ARGS)
+	cd trainer && .venv/bin/python -m bench.rollout_overlap $(BENCH_ARGS)
 
-# Learning on held-out tasks (kubecua_trainer/learningbench/run.py): the typeword family, a model
+# Learning on held-out tasks (bench/learning/run.py): the typeword family, a model
 # built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
 # on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
 # 1 step, 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
 .PHONY: bench-learning
 bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise? warm-up + GRPO, 3 seeds + LR-0 control, real desktops (BENCH_ARGS=--smoke)
-	cd trainer && .venv/bin/python -m kubecua_trainer.learningbench.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)
+	cd trainer && .venv/bin/python -m bench.learning.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)
 
-# The whole loop on one GPU (kubecua_trainer/perf/loop_bench.py): the trainer's own rollouts,
+# The whole loop on one GPU (bench/loop_bench.py): the trainer's own rollouts,
 # engine and learner, 3B shape, groups of 8, 8-turn 720p episodes on stand-in desktops replaying
 # real recorded ones; sync and maxStaleness 1. CPU: toy smoke (BENCH_ARGS=--smoke forces it).
 .PHONY: bench-loop
 bench-loop: ## whole-loop GPU time split, generation/learner tok/s, trajectories/min, peak GiB (GPU; CPU: toy smoke)
-	cd trainer && PYTHONPATH=.:../sandbox-image/client $(BENCH_TRAINER_PY) -m kubecua_trainer.perf.loop_bench $(BENCH_ARGS)
+	cd trainer && PYTHONPATH=.:../sandbox-image/client $(BENCH_TRAINER_PY) -m bench.loop_bench $(BENCH_ARGS)

@@ -142,7 +142,7 @@ def test_trainer_discovers_exactly_the_ready_sandboxes(cluster, namespace, stack
 def tiny_model(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("model") / "tiny-qwen2_5_vl"
     subprocess.run(
-        [str(VENV_PYTHON["trainer"]), "-m", "kubecua_trainer.testing.tiny_models", str(out),
+        [str(VENV_PYTHON["trainer"]), "-m", "kubecua_trainer.tiny_models", str(out),
          "--family", "qwen2_5_vl"],
         check=True, cwd=REPO / "trainer", timeout=300, capture_output=True,
     )  # fmt: skip

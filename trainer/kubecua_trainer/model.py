@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from kubecua_trainer.perf.fast_paths import apply_fast_paths
+from kubecua_trainer.speedups.fast_paths import apply_fast_paths
 
 
 @dataclass
@@ -82,7 +82,7 @@ def load_policy(
     model.to(dev)
     if dev.type == "cuda":
         # Same math, faster on GPU: varlen flash attention and a matmul patch embedding for the
-        # vision tower (perf/fast_paths.py; the bench measures each).
+        # vision tower (speedups/fast_paths.py; the bench measures each).
         apply_fast_paths(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

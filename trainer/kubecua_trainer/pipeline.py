@@ -16,7 +16,7 @@ from kubecua_trainer.evaluation.stage import evaluate_if_due, republish_last
 from kubecua_trainer.warmup.stage import warm_up_if_needed
 
 if TYPE_CHECKING:
-    from kubecua_trainer.train import Loop
+    from kubecua_trainer.loop import Loop
 
 
 async def before_steps(lp: Loop) -> None:

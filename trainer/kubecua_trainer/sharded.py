@@ -29,7 +29,7 @@ from torch.distributed.tensor import DTensor
 
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.checkpointing import layer_stacks
+from kubecua_trainer.speedups.checkpointing import layer_stacks
 from kubecua_trainer.tokens import Sample
 
 

@@ -13,8 +13,11 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from kubecua_api.constants import GROUP as GROUP
+from kubecua_api.constants import TRAININGRUN_PLURAL as PLURAL
+from kubecua_api.constants import VERSION as VERSION
+
 log = logging.getLogger(__name__)
-GROUP, VERSION, PLURAL = "kubecua.dev", "v1alpha1", "trainingruns"
 
 
 def load_kube_config() -> None:

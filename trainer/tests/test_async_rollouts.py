@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from bench.testing.bandit import play_bandit
 from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_bandit import GROUP, NEW_TOKENS, STEPS, TASKS
 from test_metrics import free_port
@@ -23,7 +24,6 @@ from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
 from kubecua_trainer.sharded import generation_copy, refresh_weights
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.testing.bandit import play_bandit
 from kubecua_trainer.train import RunOptions, train
 
 

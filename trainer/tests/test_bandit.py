@@ -1,6 +1,6 @@
 """Learning sanity on a synthetic bandit (no desktop): reward rises within a few GRPO steps.
 
-The "environment" (testing/bandit.py) rewards the fraction of generated tokens that fall in a
+The "environment" (bench/testing/bandit.py) rewards the fraction of generated tokens that fall in a
 fixed set of 40 ids (about 9% of the tiny vocabulary, so a random policy scores ~0.09). Rewards
 only rise if the gradient has the right sign and the loss mask points at the sampled tokens. Runs
 the real pieces: hf engine (batched), Conversation, batch.assemble_batch (the groups, advantages
@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import torch
+from bench.testing.bandit import play_bandit
 
 from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
-from kubecua_trainer.testing.bandit import play_bandit
 
 GROUP, TASKS, STEPS, NEW_TOKENS = 8, 2, 12, 3
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bench.testing.images import screenshot
 
 from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.checkpoint import (
@@ -28,7 +29,6 @@ from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
-from kubecua_trainer.testing.images import screenshot
 from kubecua_trainer.tokens import Conversation
 
 ALGO = AlgorithmConfig(

@@ -167,7 +167,7 @@ def test_example_manifest_is_valid_local_run(monkeypatch) -> None:
     assert run.name == "demo-local"
     assert run.spec.sandboxes.local is not None
     assert run.spec.sandboxes.local.replicas == 2
-    assert run.spec.model.path == "/cache/models/bench-typeword"  # learningbench.run --prepare
+    assert run.spec.model.path == "/cache/models/bench-typeword"  # bench.learning.run --prepare
     assert run.spec.tasks.path is not None
     assert run.spec.evaluation is not None
     assert run.spec.tasks.path.endswith("sandbox-image/tasks/typeword/train")

@@ -25,9 +25,9 @@ from kubecua_trainer.config import (
 from kubecua_trainer.distributed import balance_by_tokens, check_world, episode_owner
 from kubecua_trainer.learner import Learner, by_name
 from kubecua_trainer.model import load_policy
-from kubecua_trainer.perf.optimizer import MasterAdamW
 from kubecua_trainer.rollout.groups import Group, merge_groups
 from kubecua_trainer.rollout.records import EpisodeResult
+from kubecua_trainer.speedups.optimizer import MasterAdamW
 
 TRAINER_DIR = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -41,7 +41,7 @@ def torchrun(*args: str, nproc: int = 2) -> list[str]:
 def test_two_ranks_train_like_one_process_refresh_bitwise_and_resume_exactly(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    cmd = torchrun("-m", "kubecua_trainer.testing.distributed_check", str(tiny_model_dir),
+    cmd = torchrun("-m", "bench.testing.distributed_check", str(tiny_model_dir),
                    str(tmp_path / "ckpt"))  # fmt: skip
     proc = subprocess.run(cmd, cwd=TRAINER_DIR, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

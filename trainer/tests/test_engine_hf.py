@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 import torch
+from bench.testing.images import screenshot
 
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
-from kubecua_trainer.testing.images import screenshot
 from kubecua_trainer.tokens import Conversation
 
 MAX_PIXELS = 56 * 56 * 4

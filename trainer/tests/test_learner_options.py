@@ -15,11 +15,11 @@ from test_learner import make_sample
 
 from kubecua_trainer.config import AlgorithmConfig, TrainingRunSpec
 from kubecua_trainer.learner import Learner
+from kubecua_trainer.learner_setup import build_learner
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.optimizer import MasterAdamW
 from kubecua_trainer.sharded import refresh_weights
-from kubecua_trainer.train import build_learner
+from kubecua_trainer.speedups.optimizer import MasterAdamW
 
 
 def spec(model_dir: Path, **extra: dict) -> TrainingRunSpec:

@@ -1,7 +1,7 @@
 """A short learning check on REAL local desktops: GRPO raises the probability of the successful
 reply on its training instance.
 
-Set-up (learningbench): the benchmark model (built from a config) warmed up (spec.warmup) on two
+Set-up (bench/learning): the benchmark model (built from a config) warmed up (spec.warmup) on two
 recorded typeword demonstrations, `red apple` and `red banana` (120 optimizer steps): it then types
 one or the other, about half the time each, whatever the instruction says. GRPO then trains on
 the one instance `Type 'red apple' in the box.` with groups of 8 episodes scored by the real
@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml  # type: ignore[import-untyped]
+from bench.learning import run as bench
+from bench.learning.family import FAMILY, load_split
+from bench.learning.offline import Offline
 from PIL import Image
 
 from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.learningbench import run as bench
-from kubecua_trainer.learningbench.family import FAMILY, load_split
-from kubecua_trainer.learningbench.offline import Offline
 from kubecua_trainer.sources.local import launcher_path
 from kubecua_trainer.trajectories import read_trajectories
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubecua_trainer.learningbench import family
-from kubecua_trainer.learningbench.run import verdict
-from kubecua_trainer.learningbench.summary import summary
+from bench.learning import family
+from bench.learning.run import verdict
+from bench.learning.summary import summary
 
 
 def test_family_splits_and_warmup_instances() -> None:

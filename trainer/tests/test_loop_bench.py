@@ -1,6 +1,6 @@
 """The whole-loop benchmark's pieces on the CPU: the replayed-desktop stand-in plays a recorded
 episode byte for byte (through the trainer's own sandbox client), and the loop bench's smoke run
-gives sane figures (perf/loop_bench.py, perf/replay_desktop.py)."""
+gives sane figures (bench/loop_bench.py, bench/replay_desktop.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import base64
 import time
 
 import pytest
+from bench import loop_bench
+from bench.replay_desktop import ReplaySandbox, load_recording
 
 from kubecua_sandbox_client import SandboxClient
-from kubecua_trainer.perf import loop_bench
-from kubecua_trainer.perf.replay_desktop import ReplaySandbox, load_recording
 
 
 def test_replayed_desktop_plays_a_recorded_episode_byte_for_byte() -> None:

@@ -1,4 +1,4 @@
-"""Correctness guard for the learner's performance paths (kubecua_trainer.perf): on the tiny
+"""Correctness guard for the learner's performance paths (kubecua_trainer.speedups): on the tiny
 model, the optimised loss and gradients (chunked log-probs, selective checkpointing, the vision
 varlen-attention switch) equal the plain implementation's (full-vocabulary logits, log-softmax,
 no checkpointing) within 1e-5 relative in fp32 on the CPU, and within 2e-2 in bf16 on CUDA
@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 import torch
+from bench.flops import Shape, train_flops, vision_attention_flops
+from bench.shapes import bench_policy, build_model, image_grid, synthetic_sample
+from bench.testing.images import screenshot
 
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import model_inputs
 from kubecua_trainer.loss import token_loss
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.perf.attention import use_varlen_vision_attention
-from kubecua_trainer.perf.checkpointing import set_checkpointing, spread
-from kubecua_trainer.perf.flops import Shape, train_flops, vision_attention_flops
-from kubecua_trainer.perf.optimizer import MasterAdamW, _slices
-from kubecua_trainer.perf.shapes import bench_policy, build_model, image_grid, synthetic_sample
-from kubecua_trainer.testing.images import screenshot
-from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.speedups.attention import use_varlen_vision_attention
+from kubecua_trainer.speedups.checkpointing import set_checkpointing, spread
+from kubecua_trainer.speedups.optimizer import MasterAdamW, _slices
+from kubecua_trainer.tiny_models import build_tiny_model
 from kubecua_trainer.tokens import Conversation, Sample
 
 ALGO = SimpleNamespace(learning_rate=1e-3, clip=SimpleNamespace(low=0.2, high=0.28),

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
-
-from kubecua_trainer.perf.rollout_overlap import (
+from bench.rollout_overlap import (
     LEARNER_BOUND,
     parse_args,
     regime,
     scale_text_config,
     summarise,
 )
-from kubecua_trainer.testing.tiny_models import build_config, train_tokenizer
+from transformers import AutoModelForImageTextToText
+
+from kubecua_trainer.tiny_models import build_config, train_tokenizer
 
 
 def _row(start: float, rollout: float, learn: float, busy: float, **extra: float) -> dict:

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import uvicorn
 import yaml  # type: ignore[import-untyped]
+from bench.testing.images import screenshot
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -42,7 +43,6 @@ from kubecua_trainer.engines.sglang import (
     generate_payload,
     update_weights_payload,
 )
-from kubecua_trainer.testing.images import screenshot
 
 REPO = Path(__file__).resolve().parents[2]
 PAD, STOP = 9, 2

@@ -112,8 +112,6 @@ class SGLangEngine:
         self._client = httpx.AsyncClient(timeout=timeout_s)
         self.weights_step: int | None = None  # the step whose weights the servers hold
 
-    loads_from_disk = True  # the loop writes each step's weights for update_weights
-
     async def _post(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:
             resp = await self._client.post(url, json=payload)

@@ -34,7 +34,7 @@ from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.status import build_evaluation_status
 
 if TYPE_CHECKING:
-    from kubecua_trainer.train import Loop
+    from kubecua_trainer.loop import Loop
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ async def evaluate_if_due(lp: Loop, step: int) -> None:
     if cfg is None or held_out is None:
         return
     tasks, domains = held_out.tasks, held_out.domains
-    out_dir = _out_dir(lp)
+    out_dir = lp.result.out_dir
     d = lp.dist
     if not is_due(cfg, step, lp.spec.steps):
         return
@@ -173,7 +173,7 @@ def republish_last(lp: Loop) -> None:
     summary.json and the status patch would leave the status behind."""
     if lp.spec.evaluation is None or not lp.dist.is_main:
         return
-    out_dir = _out_dir(lp)
+    out_dir = lp.result.out_dir
     done = [row["step"] for row in results.read_history(out_dir) if row["step"] <= lp.saver.step]
     done = [s for s in done if results.is_done(out_dir, s)]
     if not done:
@@ -200,9 +200,3 @@ def console_line(summary: dict[str, Any]) -> str:
     if k != "1" and summary["pass_at_k"][k] is not None:
         text += f", pass@{k} {summary['pass_at_k'][k]:.0%}"
     return text + f", {summary['seconds']:.1f}s"
-
-
-def _out_dir(lp: Loop) -> Path:
-    from kubecua_trainer.train import run_dirs  # train imports this module through pipeline
-
-    return run_dirs(lp.spec)[0]

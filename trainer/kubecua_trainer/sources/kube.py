@@ -12,14 +12,11 @@ import asyncio
 import threading
 from typing import Any
 
+from kubecua_api.constants import POOL_LABEL, URL_ANNOTATION
 from kubecua_trainer.sources.leases import SandboxLeases
 
-POOL_LABEL = "kubecua.dev/pool"
 EPISODE_PORT_NAME = "episodes"
 EPISODE_PORT = 8000
-
-
-URL_ANNOTATION = "kubecua.dev/url"
 
 
 def slice_urls(endpoint_slice: Any) -> set[str]:

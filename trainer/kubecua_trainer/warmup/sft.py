@@ -21,7 +21,7 @@ from kubecua_trainer.config import WarmupConfig
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.optimizer import MasterAdamW
+from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample
 from kubecua_trainer.trajectories import Trajectory
 

@@ -15,12 +15,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from kubecua_trainer.sharded import refresh_weights
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
 from kubecua_trainer.warmup.sft import fit_demonstrations
 
 if TYPE_CHECKING:
-    from kubecua_trainer.train import Loop
+    from kubecua_trainer.loop import Loop
     from kubecua_trainer.trajectories import Trajectory
 
 log = logging.getLogger(__name__)
@@ -73,8 +72,5 @@ async def warm_up_if_needed(lp: Loop) -> None:
 
 async def _engine_gets_weights(lp: Loop, path: str) -> None:
     """The engine plays GRPO's first episodes with the warmed weights (version 0)."""
-    from kubecua_trainer.train import _sync_engine  # train imports this module
-
-    if lp.gen is not lp.saver.policy:  # the engine's own copy (always, under torchrun)
-        await asyncio.to_thread(refresh_weights, lp.saver.policy.model, lp.gen, 0)
-    await _sync_engine(lp, 0, path)  # servers that load from disk; a no-op otherwise
+    await lp.sync.updated(0)
+    await lp.sync.checkpointed(0, path)

@@ -19,7 +19,7 @@ and the agreement of the behaviour log-probs with the learner's recomputation
 or with --smoke, it runs a toy-width model on 112x112 screenshots and says the figures mean
 nothing.
 How to run: `make bench-generation` (GPU machine: `cd trainer && PYTHONPATH=. python3 -m
-kubecua_trainer.perf.generation_bench --out /tmp/generation.json`); `--smoke` on the CPU.
+bench.generation_bench --out /tmp/generation.json`); `--smoke` on the CPU.
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ from PIL import Image
 from transformers import AutoConfig, AutoModelForImageTextToText
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from bench.shapes import CONFIGS, TOKEN_IDS
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine, generate_batch
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.fast_paths import apply_fast_paths
-from kubecua_trainer.perf.shapes import CONFIGS, TOKEN_IDS
+from kubecua_trainer.speedups.fast_paths import apply_fast_paths
 from kubecua_trainer.tokens import Sample
 
 IM_START, IM_END, NEWLINE, PAD = 151644, 151645, 198, 151643
-MEMORY_CAP_GIB = 78.0  # as perf/bench.py: an H100's share, also on a larger GPU
+MEMORY_CAP_GIB = 78.0  # as bench/learner_bench.py: an H100's share, also on a larger GPU
 
 
 def build_policy(name: str, device: torch.device, dtype: str) -> Policy:

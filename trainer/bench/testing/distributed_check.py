@@ -1,6 +1,6 @@
 """Checks of the distributed learner that need real ranks, on the CPU with gloo (no desktops).
 
-Run as `torchrun --nproc-per-node 2 -m kubecua_trainer.testing.distributed_check MODEL_DIR WORKDIR`
+Run as `torchrun --nproc-per-node 2 -m bench.testing.distributed_check MODEL_DIR WORKDIR`
 (tests/test_distributed_learner.py does). Every rank builds the same tiny policy and the same
 batch of token-exact samples (Conversations with screenshots, different lengths), then:
 1. equivalence: one FSDP2 learner step over the ranks against a plain single-process step on the
@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from bench.testing.images import screenshot
 from kubecua_trainer.checkpoint import (
     load_checkpoint,
     load_sharded_checkpoint,
@@ -41,7 +42,6 @@ from kubecua_trainer.exchange import Held, deliver_pixels
 from kubecua_trainer.learner import Learner, by_name, passes, trainable
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
-from kubecua_trainer.testing.images import screenshot
 from kubecua_trainer.tokens import Conversation, Sample
 
 ALGO = SimpleNamespace(

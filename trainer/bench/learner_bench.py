@@ -7,13 +7,13 @@ the whole sequence, with and without gradient checkpointing), the vision tower a
 flash attention), the optimised learner forward+backward on 8 x 1280x720, and full learner steps
 (forward, backward, clipping, AdamW with offloaded fp32 master state) on 15 x 1920x1080 for both
 shapes and on a GRPO batch of 8 trajectories x 8 screenshots, with the pipelined offloaded AdamW
-step and with the serial one (perf/optimizer.py; step_rate_vs_fwd_bwd: the whole step's tokens/s
+step and with the serial one (speedups/optimizer.py; step_rate_vs_fwd_bwd: the whole step's tokens/s
 over forward+backward's). Prints one JSON document: per case
-tokens/s, TFLOP/s (perf/flops.py), peak GiB and step seconds, and the speed-up over the baseline.
+tokens/s, TFLOP/s (bench/flops.py), peak GiB and step seconds, and the speed-up over the baseline.
 Without a GPU it runs the same cases on a toy-width model as a smoke test and says so.
 What it leaves out: generation, and multi-GPU (FSDP2) runs.
 How to run: `make bench-trainer` (GPU machine: `cd trainer && PYTHONPATH=. python3 -m
-kubecua_trainer.perf.bench --out /tmp/bench.json`); `--only NAME,...` picks cases.
+bench.learner_bench --out /tmp/bench.json`); `--only NAME,...` picks cases.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def cap_memory() -> float | None:
 
 def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one case in this process; out of memory is a result, not a failure."""
-    from kubecua_trainer.perf.cases import CASES
+    from bench.cases import CASES
 
     cap_memory()
     args = SimpleNamespace(**{"repeats": 2, "device": "cuda", "compile": False} | spec)
@@ -96,7 +96,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run_case(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Run a case in a fresh process and parse its RESULT line."""
-    cmd = [sys.executable, "-m", "kubecua_trainer.perf.bench", "--child", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "bench.learner_bench", "--child", json.dumps(spec)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

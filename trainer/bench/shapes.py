@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from bench.flops import Shape, vision_attention_flops
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.flops import Shape, vision_attention_flops
 from kubecua_trainer.tokens import Sample
 
 # The real Qwen special-token ids (vocab 151936).

@@ -8,9 +8,9 @@ the trainer loads it through the same Auto classes as a real checkpoint.
 Sizes (SIZES): "tiny" for the tests and the pipeline checks; "bench" (0.5 million parameters,
 width 128, 2 layers, tied embeddings, a tokenizer that also learns the lines of --corpus so each
 task word is one token) for the learning benchmark and the demo, where the model has to learn to
-copy words from the instruction into its reply (learningbench/run.py; docs/benchmarks.md).
+copy words from the instruction into its reply (bench/learning/run.py; docs/benchmarks.md).
 What it leaves out: videos, tool calls and any pretrained knowledge (the weights are random).
-How to run: `python -m kubecua_trainer.testing.tiny_models OUT_DIR --family qwen2_5_vl
+How to run: `python -m kubecua_trainer.tiny_models OUT_DIR --family qwen2_5_vl
 [--size bench --corpus FILE]`
 """
 

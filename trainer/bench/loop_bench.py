@@ -3,8 +3,8 @@
 What it does: runs the trainer's own loop (train.train: rollouts through rollout/episode.py and
 the embedded continuous engine, batch, Learner.step with the offloaded AdamW, weight refresh)
 against eight stand-in desktops that replay episodes recorded on real desktops, screenshots byte
-for byte at the recorded latency (perf/replay_desktop.py says why a stand-in). The model is the
-Qwen2.5-VL-3B shape with random weights (perf/shapes.py; the tokenizer is the tiny test model's,
+for byte at the recorded latency (bench/replay_desktop.py says why a stand-in). The model is the
+Qwen2.5-VL-3B shape with random weights (bench/shapes.py; the tokenizer is the tiny test model's,
 its special ids in the config), bf16 with the offloaded AdamW (trainer.optimizerOffload), the
 trainer's other defaults (full gradient checkpointing, no torch.compile unless --compile); one
 task per step, groups of 8, 8 turns of 32 sampled tokens per episode, the recorded 1920x1080
@@ -20,7 +20,7 @@ creation) is left out of the figures. Prints one JSON document; per mode:
 Without a GPU (or with --smoke) the same loop runs a toy-width model on the CPU with short
 episodes and latencies scaled down, and says so: the figures then mean nothing.
 How to run: `make bench-loop` (GPU machine: `cd trainer && PYTHONPATH=.:../sandbox-image/client
-python3 -m kubecua_trainer.perf.loop_bench --out /tmp/loop.json`). It needs kubecua_trainer's
+python3 -m bench.loop_bench --out /tmp/loop.json`). It needs kubecua_trainer's
 own dependencies (pydantic, httpx) besides torch and transformers.
 What it leaves out: real desktops (by design), sglang, several GPUs.
 """
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import transformers
 
-from kubecua_trainer.perf.replay_desktop import ReplaySandbox, load_recording
+from bench.replay_desktop import ReplaySandbox, load_recording
 
 TOKEN = "bench-loop-token"
 R720 = 1280 * 720
@@ -58,8 +58,8 @@ def build_model(out: Path, smoke: bool) -> Path:
     to nothing)."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from kubecua_trainer.perf.shapes import CONFIGS
-    from kubecua_trainer.testing.tiny_models import build_tiny_model
+    from bench.shapes import CONFIGS
+    from kubecua_trainer.tiny_models import build_tiny_model
 
     path = build_tiny_model(out, "qwen2_5_vl")
     widen_processor(path, SMOKE_PIXELS if smoke else R720)
@@ -137,7 +137,7 @@ def run_spec(
         "tasks": {"path": str(tasks), "ids": ids},
         "algorithm": {
             "groupSize": a.group,
-            "tasksPerStep": 1,
+            "tasksPerStep": a.tasks_per_step,
             "maxTurns": a.turns,
             "maxNewTokens": a.new_tokens,
             "dynamicSampling": False,
@@ -147,7 +147,7 @@ def run_spec(
             "maxPixels": R720 if gpu else SMOKE_PIXELS,
             "episodeTimeoutSeconds": 900,
             "maxStaleness": staleness,
-            "maxInFlightEpisodes": a.group,
+            "maxInFlightEpisodes": a.group * a.tasks_per_step,
         },
         "trainer": {"compile": a.compile, "optimizerOffload": gpu},
         "checkpoint": {"everySteps": 1000, "keep": 1},
@@ -219,6 +219,13 @@ def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[s
         "wall_seconds": round(hi - lo, 2),
         "trajectories": episodes,
         "trajectories_per_minute": round(60 * episodes / (hi - lo), 2),
+        # the bound when one GPU does both: the learner's own rate on these trajectories
+        "learner_only_trajectories_per_minute": round(
+            60 * episodes / max(sum(r.get("seconds", 0.0) for r in measured), 1e-9), 2
+        ),
+        "vs_learner_only": round(
+            sum(r.get("seconds", 0.0) for r in measured) / max(hi - lo, 1e-9), 3
+        ),
         # the engine's counters cover every step of the mode, the first included
         "generation": {
             "prefill_tokens": b.prefill_tokens,
@@ -228,6 +235,10 @@ def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[s
                 engine.tokens_generated / max(b.decode_seconds, 1e-9), 1
             ),
             "reused_prompt_tokens": b.reused_tokens,
+            "prefill_seconds": round(b.prefill_seconds, 2),
+            "decode_seconds": round(b.decode_seconds, 2),
+            "cuda_graphs": b.graphs is not None and not b.graphs.broken,
+            "graph_captures": b.graphs.captures if b.graphs is not None else 0,
         },
         "learner": {
             "sequence_tokens": seq_tokens,
@@ -289,10 +300,12 @@ async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, 
     with ExitStack() as stack:
         sandboxes = [
             stack.enter_context(ReplaySandbox(recording, TOKEN, a.latency_scale, i))
-            for i in range(a.group)
+            for i in range(a.group * a.tasks_per_step)
         ]
         modes: dict[str, Any] = {}
         for name, staleness in (("sync", 0), ("staleness_1", 1)):
+            if name not in a.modes.split(","):
+                continue
             modes[name] = await one_mode(model, sandboxes, work, ids, staleness, a, gpu)
             gc.collect()  # the mode's model, engine and pinned optimizer state go before the next
             if torch.cuda.is_available():
@@ -320,7 +333,8 @@ def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, 
             "turns": a.turns,
             "max_new_tokens": a.new_tokens,
             "steps_per_mode": a.steps,
-            "desktops": a.group,
+            "tasks_per_step": a.tasks_per_step,
+            "desktops": a.group * a.tasks_per_step,
             "recorded_episodes": [r.key for r in recording],
             "latency_scale": a.latency_scale,
             "compile": a.compile,
@@ -335,6 +349,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     p.add_argument("--steps", type=int, help="steps per mode (the first is not measured)")
     p.add_argument("--turns", type=int)
     p.add_argument("--group", type=int, help="episodes per group (= desktops)")
+    p.add_argument(
+        "--tasks-per-step", type=int, default=1, help="groups per step (desktops = group x this)"
+    )
+    p.add_argument("--modes", default="sync,staleness_1", help="which of sync,staleness_1 to run")
     p.add_argument("--new-tokens", type=int, help="algorithm.maxNewTokens")
     p.add_argument("--latency-scale", type=float, help="x the recorded desktop latencies")
     p.add_argument(

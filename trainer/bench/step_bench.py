@@ -6,7 +6,7 @@ tokens per turn, and times Learner.step (bf16 autocast, gradient checkpointing, 
 Comparable to the naive transformers baseline measured on one H100 on 2026-11-21 (8 x 1280x720,
 checkpointing: 8.57 s/step, 39.2 GiB peak).
 What it leaves out: generation, and any multi-GPU sharding.
-How to run (GPU): `python -m kubecua_trainer.testing.bench --images 8 --size 1280x720`
+How to run (GPU): `python -m bench.step_bench --images 8 --size 1280x720`
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from types import SimpleNamespace
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import load_policy
-from kubecua_trainer.testing.images import screenshot
-from kubecua_trainer.testing.tiny_models import build_processor, train_tokenizer
+from kubecua_trainer.tiny_models import build_processor, train_tokenizer
 from kubecua_trainer.tokens import Conversation
 
 QWEN25_VL_3B = {

@@ -39,7 +39,7 @@ from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import REPO, LocalSource
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.tiny_models import build_tiny_model
 from kubecua_trainer.train import RunOptions, train
 
 TASKS = REPO / "sandbox-image" / "tasks"

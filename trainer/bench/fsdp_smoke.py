@@ -8,8 +8,8 @@ reduction), each runs forward+backward on its own trajectory with the global tok
 the same clipping and AdamW follow. Rank 0 prints one JSON line comparing the two runs' loss and
 grad norm at step 1 and loss at step 2 (after the first update), and exits 1 past the tolerance
 (2e-2 relative: bf16 weights, and a different summation order of the gradients).
-What it leaves out: CPU offload under FSDP (perf/optimizer.py is the one-GPU offload), compile.
-How to run: `torchrun --nproc-per-node 2 -m kubecua_trainer.perf.fsdp_smoke` (with PYTHONPATH=.).
+What it leaves out: CPU offload under FSDP (speedups/optimizer.py is the one-GPU offload), compile.
+How to run: `torchrun --nproc-per-node 2 -m bench.fsdp_smoke` (with PYTHONPATH=.).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from bench.cases import ALGO
+from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import token_loss
 from kubecua_trainer.model import Policy
-from kubecua_trainer.perf.cases import ALGO
-from kubecua_trainer.perf.checkpointing import layer_stacks, set_checkpointing
-from kubecua_trainer.perf.fast_paths import apply_fast_paths
-from kubecua_trainer.perf.shapes import bench_policy, build_model, synthetic_sample
+from kubecua_trainer.speedups.checkpointing import layer_stacks, set_checkpointing
+from kubecua_trainer.speedups.fast_paths import apply_fast_paths
 from kubecua_trainer.tokens import Sample
 
 TOLERANCE = 2e-2

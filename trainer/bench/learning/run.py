@@ -13,7 +13,7 @@ seed while the control stays within one episode.
 What it leaves out: any pretrained knowledge (the model starts random), and tasks that need the
 screenshot (the word is in the instruction); see docs/benchmarks.md for what it shows.
 How to run: make bench-learning [BENCH_ARGS="--smoke"], or from trainer/:
-    .venv/bin/python -m kubecua_trainer.learningbench.run --out ../out/bench-learning
+    .venv/bin/python -m bench.learning.run --out ../out/bench-learning
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from kubecua_trainer.learningbench import family, plot
-from kubecua_trainer.learningbench.family import BENCH_PROMPT, FAMILY, WARMUP_IDS, load_split
+from bench.learning import family, plot
+from bench.learning.family import BENCH_PROMPT, FAMILY, WARMUP_IDS, load_split
+from kubecua_trainer import tiny_models
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import LocalSource
-from kubecua_trainer.testing import tiny_models
 
 PY = sys.executable
 CONTROL_LR = 1e-30
 GOAL_RISE = 0.20
 
-# The calibrated recipe (learningbench/offline.py chose it; docs/benchmarks.md has the runs).
+# The calibrated recipe (bench/learning/offline.py chose it; docs/benchmarks.md has the runs).
 RECIPE: dict[str, Any] = {
     "steps": 12,
     "warmup": {"epochs": 60, "batchSize": 2, "learningRate": 3e-3},

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Engine, SamplingParams
 from kubecua_trainer.model import Policy
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
-from kubecua_trainer.testing.images import screenshot
 from kubecua_trainer.tokens import Conversation
 
 TARGET = set(range(100, 140))

@@ -8,7 +8,7 @@ with an LR-0 control. The reward is read from the reply (family.offline_reward: 
 action type exactly the word?) and every prompt shows one fixed real desktop screenshot, so a
 run takes minutes, which is what choosing the model size, learning rate and steps needs.
 What it leaves out: the desktops (`make bench-learning` runs the real pipeline).
-How to run (from trainer/): nice -n 10 .venv/bin/python -m kubecua_trainer.learningbench.offline
+How to run (from trainer/): nice -n 10 .venv/bin/python -m bench.learning.offline
 MODEL_DIR SCREENSHOT.png [--seeds 0 1 2] [--steps 12] [--lr 3e-3] [--json out.json]
 """
 
@@ -24,18 +24,18 @@ from typing import Any
 import torch
 from PIL import Image
 
-from kubecua_trainer.batch import assemble_batch
-from kubecua_trainer.config import AlgorithmConfig, WarmupConfig
-from kubecua_trainer.engines.base import Generation, SamplingParams
-from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.learningbench.family import (
+from bench.learning.family import (
     BENCH_PROMPT,
     load_split,
     offline_reward,
     reference_reply,
     warmup_tasks,
 )
+from kubecua_trainer.batch import assemble_batch
+from kubecua_trainer.config import AlgorithmConfig, WarmupConfig
+from kubecua_trainer.engines.base import Generation, SamplingParams
+from kubecua_trainer.engines.hf import HFEngine
+from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.rollout.agent import first_user_text, system_prompt
 from kubecua_trainer.rollout.groups import Group

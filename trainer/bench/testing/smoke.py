@@ -1,12 +1,12 @@
 """Smoke run of the ML core on any device: tiny model, batched hf engine, GRPO token bandit, resume.
 
-What it does: builds a tiny model, runs N GRPO steps on the token bandit (testing/bandit.py:
+What it does: builds a tiny model, runs N GRPO steps on the token bandit (bench/testing/bandit.py:
 reward = fraction of sampled ids in a fixed set) with the real engine, Conversation, the batch a
 run trains with (batch.assemble_batch) and Learner, saves a checkpoint and reloads it, and prints
 one JSON line of figures (reward per step, rollout tokens/s: prompts and generation, learner
 seconds, log-prob mismatch between trainer and engine, peak GPU memory).
 What it leaves out: desktops, rollout, config files (that is the trainer's `make demo`).
-How to run: `python -m kubecua_trainer.testing.smoke --device cuda --steps 12` (bf16 on CUDA).
+How to run: `python -m bench.testing.smoke --device cuda --steps 12` (bf16 on CUDA).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from bench.testing.bandit import play_bandit
 from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.checkpoint import load_checkpoint, save_checkpoint
 from kubecua_trainer.config import AlgorithmConfig
@@ -27,8 +28,7 @@ from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import load_policy
 from kubecua_trainer.replay import SuccessReplay
-from kubecua_trainer.testing.bandit import play_bandit
-from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.tiny_models import build_tiny_model
 
 
 def run(device: str | None, steps: int, family: str, lr: float) -> dict[str, Any]:

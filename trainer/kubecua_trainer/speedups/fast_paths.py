@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from kubecua_trainer.perf.attention import use_varlen_vision_attention
-from kubecua_trainer.perf.checkpointing import layer_stacks
+from kubecua_trainer.speedups.attention import use_varlen_vision_attention
+from kubecua_trainer.speedups.checkpointing import layer_stacks
 
 
 def _linear_patch_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:

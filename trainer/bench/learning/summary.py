@@ -3,7 +3,7 @@ each with the number of episodes behind it, and where the curves and the report 
 the run wrote (<out>/evaluations/history.jsonl, one line per evaluated step, and the same under
 <out>/untrained); prints nothing it did not find.
 
-    .venv/bin/python -m kubecua_trainer.learningbench.summary ../out/demo
+    .venv/bin/python -m bench.learning.summary ../out/demo
 """
 
 from __future__ import annotations

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
+from bench.flops import train_flops
+from bench.shapes import bench_policy, build_model, flop_shape, synthetic_sample
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import model_inputs
-from kubecua_trainer.perf.attention import use_varlen_vision_attention
-from kubecua_trainer.perf.checkpointing import set_checkpointing
-from kubecua_trainer.perf.fast_paths import apply_fast_paths, linear_patch_embed
-from kubecua_trainer.perf.flops import train_flops
-from kubecua_trainer.perf.optimizer import MasterAdamW
-from kubecua_trainer.perf.shapes import bench_policy, build_model, flop_shape, synthetic_sample
+from kubecua_trainer.speedups.attention import use_varlen_vision_attention
+from kubecua_trainer.speedups.checkpointing import set_checkpointing
+from kubecua_trainer.speedups.fast_paths import apply_fast_paths, linear_patch_embed
+from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample
 
 ALGO = SimpleNamespace(learning_rate=1e-6, clip=SimpleNamespace(low=0.2, high=0.28),

@@ -26,13 +26,13 @@ from typing import Any
 
 import torch
 
+from bench.cases import ALGO
+from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.learner import Learner
-from kubecua_trainer.perf.cases import ALGO
-from kubecua_trainer.perf.checkpointing import set_checkpointing
-from kubecua_trainer.perf.fast_paths import apply_fast_paths, compile_layers
-from kubecua_trainer.perf.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.sharded import refresh_weights, shard_policy
+from kubecua_trainer.speedups.checkpointing import set_checkpointing
+from kubecua_trainer.speedups.fast_paths import apply_fast_paths, compile_layers
 
 
 def _free() -> None:

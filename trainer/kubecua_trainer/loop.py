@@ -1,0 +1,81 @@
+"""What a run's steps share: how this process runs the spec (RunOptions), what the run returns
+(RunResult) and the state the loop and its stages (pipeline.py) read (Loop)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubecua_trainer.config import TrainingRun, TrainingRunSpec
+    from kubecua_trainer.distributed import Dist
+    from kubecua_trainer.evaluation.stage import HeldOut
+    from kubecua_trainer.progress import RunProgress
+    from kubecua_trainer.report import RunReport
+    from kubecua_trainer.rollout.episode import Rollout
+    from kubecua_trainer.saver import Saver
+    from kubecua_trainer.sources import SandboxSource
+    from kubecua_trainer.status import StatusPatcher
+    from kubecua_trainer.stopping import Stop
+    from kubecua_trainer.weight_sync import WeightSync
+
+
+@dataclass
+class RunOptions:
+    """How this process runs the spec (not part of the spec)."""
+
+    console: bool = True
+    metrics_addr: str = "127.0.0.1"
+    patch_status: bool = False  # cluster mode: patch the TrainingRun's status subresource
+    sandbox_wait_seconds: float = 600.0
+    source: SandboxSource | None = None  # tests hand in a source that is already running
+    on_step: Any = None  # callback(step, stats), e.g. for tests to inject failures
+    handle_signals: bool = False  # SIGTERM -> Stop (the CLI; a pod being suspended or evicted)
+    signals_seen: list[int] | None = None  # SIGTERMs the CLI caught before the run listened
+    stop: Stop | None = None  # tests hand one in to stop the run from outside
+    on_engine: Any = None  # callback(engine) once built (bench/loop_bench.py reads its counters)
+    # False: write no checkpoint (bench/loop_bench.py: a 3B run's optimizer state is ~50 GB)
+    checkpoints: bool = True
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    last_checkpoint: str | None = None
+    stopped_at: int | None = None  # a stop ended the run; its last completed step (0: none)
+    main: bool = True  # False on the ranks > 0 of a distributed run (no report, no history)
+
+    @property
+    def report(self) -> Path:
+        return self.out_dir / "report.html"
+
+    @property
+    def curves(self) -> Path:
+        return self.out_dir / "curves.png"
+
+
+@dataclass
+class Loop:
+    """What a run's steps share (built once by train._train)."""
+
+    run: TrainingRun
+    ro: Rollout
+    tasks: list[dict]
+    saver: Saver
+    report: RunReport
+    patcher: StatusPatcher | None
+    progress: RunProgress
+    stop: Stop
+    opts: RunOptions
+    result: RunResult
+    dist: Dist
+    sync: WeightSync  # how the engine gets each step's weights
+    held_out: HeldOut | None = None  # spec.evaluation's tasks, loaded once
+
+    @property
+    def spec(self) -> TrainingRunSpec:
+        return self.run.spec

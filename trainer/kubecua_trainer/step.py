@@ -1,0 +1,137 @@
+"""One GRPO step of the loop (train.py): play its episodes, then learn from them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from kubecua_trainer.batch import Batch, assemble_batch, episodes_of, validate_samples
+from kubecua_trainer.distributed import Dist
+from kubecua_trainer.exchange import Held, deliver_pixels, gather_screens, strip
+from kubecua_trainer.learner import Learner, passes, trainable
+from kubecua_trainer.model import Policy
+from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.report import RunReport
+from kubecua_trainer.rollout.groups import (
+    Group,
+    merge_groups,
+    rollout_groups,
+    scheduled_temperature,
+    tasks_for_step,
+)
+from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
+from kubecua_trainer.tokens import check_image_pads
+
+if TYPE_CHECKING:
+    from kubecua_trainer.loop import Loop
+
+Played = tuple[list[Group], dict[str, float]]
+
+
+async def play(step: int, lp: Loop) -> Played:
+    """Play this rank's episodes of `step` (no collectives: it may run beside learning)."""
+    spec, t0, started = lp.spec, time.monotonic(), time.time()
+    step_tasks = tasks_for_step(lp.tasks, step, spec.algorithm.tasks_per_step, spec.seed)
+    lp.progress.start_step(step, len(step_tasks) * spec.algorithm.group_size)
+
+    def on_episode(ep: EpisodeResult) -> None:
+        if not lp.dist.enabled:  # distributed: rank 0 counts every rank's, once gathered
+            lp.saver.metrics.observe_episode(ep)
+        lp.progress.episode_done(ep.outcome)
+
+    share = (lp.dist.rank, lp.dist.world)
+    algo = spec.algorithm  # the step's own temperature, also when it plays ahead (maxStaleness)
+    temperature = scheduled_temperature(algo.temperature, algo.temperature_end, step, spec.steps)
+    groups = await rollout_groups(lp.ro, step_tasks, step, on_episode, share, temperature)
+    timing = {"rollout_started_at": started, "rollout_ended_at": time.time(),
+              "rollout_seconds": time.monotonic() - t0, "temperature": temperature}  # fmt: skip
+    return groups, timing
+
+
+def image_pad_check(policy: Policy) -> Any:
+    return lambda sample: check_image_pads(sample, policy.merge_size, policy.image_pad_id)
+
+
+async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
+    """Gather the step's episodes from every rank, build the batch, learn, hand the engine the
+    weights (lp.sync.updated). Every rank runs it, in step order (it holds all of a step's
+    collectives)."""
+    spec, d, metrics = lp.spec, lp.dist, lp.saver.metrics
+    mine, timing = played
+    t0 = time.monotonic()
+    check, held = image_pad_check(lp.saver.policy), None
+    if d.enabled:  # the episodes go to every rank, their images only where needed (exchange.py)
+        validate_samples(mine, check)  # here, where the pixels are
+        held = strip(mine, d.rank, step)
+        groups = merge_groups(d.all_gather(mine))
+        gather_screens(d, groups, held)
+    else:
+        groups = mine
+        validate_samples(groups, check)
+    episodes = episodes_of(groups)
+    if d.enabled and d.is_main:
+        for ep in episodes:
+            metrics.observe_episode(ep)
+    batch = assemble_batch(groups, spec.algorithm, lp.saver.replay)
+    if held is not None:
+        _deliver(d, held, batch, lp.saver.replay)
+    staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
+    lp.progress.learning(step)
+    forget = getattr(lp.ro.engine, "forget_cache", None)
+    if forget is not None and spec.rollout.max_staleness == 0:
+        # Synchronous: no stored turn will be continued, so its KV goes before the learner needs
+        # the memory (the embedded engine's worker frees it once idle; up to 10 s wait).
+        await asyncio.to_thread(forget, 10.0)
+    learn_started = time.time()
+    learned = await _learn(lp.saver.learner, batch, step)
+    learn_ended = time.time()
+    refresh = await lp.sync.updated(step)
+    gen_tokens = sum(e.gen_tokens for e in episodes)
+    stats: dict[str, Any] = {
+        "step": step,
+        **batch.stats(),
+        **learned,
+        **refresh,
+        "episodes": len(episodes),
+        "outcomes": Counter(e.outcome for e in episodes),
+        "engine_tokens_per_second": gen_tokens / max(timing["rollout_seconds"], 1e-9),
+        **timing,
+        "learn_started_at": learn_started,
+        "learn_ended_at": learn_ended,
+        "sandbox_seconds": sum(e.sandbox_seconds for e in episodes),
+        "staleness_max": float(max(staleness, default=0)),
+        "staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
+        "seconds_total": timing["rollout_seconds"] + time.monotonic() - t0,
+    }
+    stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
+    lp.result.outcomes.update(stats.pop("outcomes"))
+    if d.is_main:
+        for age in staleness:
+            metrics.sample_staleness.observe(age)
+        metrics.zero_variance_groups.inc(batch.zero_variance_groups)
+        metrics.replay_injections.inc(batch.replay_injections)
+        metrics.step_seconds.observe(stats["seconds_total"])
+        RunReport(lp.result.out_dir, lp.run.name).save_episodes(step, episodes)
+    return stats
+
+
+def _deliver(d: Dist, held: Held, batch: Batch, replay: SuccessReplay) -> None:
+    """Pixel values to the ranks whose passes use them, and this step's new replay entries
+    to every rank (the buffer is the same everywhere and rank 0 checkpoints it whole)."""
+    trained = trainable(batch.samples)
+    new_replay = [s for s in replay.stored() if s.pixel_values is None]
+    need = [[trained[i] for i, _ in share] + new_replay for share in passes(trained, d.world)]
+    deliver_pixels(d, held, need)
+
+
+async def _learn(learner: Learner, batch: Batch, step: int) -> dict[str, float]:
+    """learner.step, which labels the weights with `step` (Policy.version) under the lock."""
+    if not batch.samples:  # every group was skipped: the weights stay, labelled as this step's
+        with learner.policy.lock:
+            learner.policy.version = step
+        return {}
+    # A thread keeps the event loop (metrics server, readiness polls, rollouts that play ahead)
+    # responsive meanwhile.
+    return dict(await asyncio.to_thread(learner.step, batch.samples, step))

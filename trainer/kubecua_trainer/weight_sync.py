@@ -1,0 +1,82 @@
+"""How the engine gets the learner's weights: one WeightSync per engine.
+
+The loop calls updated(step) right after the learner's update of `step` (also at the start, with
+the resumed or initial step, and after the warm-up, step 0), then checkpointed(step, dir) once
+the step's checkpoint is written (dir) or skipped (None); resumed and warmed starts pass the
+checkpoint they start from.
+
+- InProcess (the embedded HF engine): the engine generates with the learner's policy, or with a
+  copy of it (rollout.maxStaleness > 0, or under torchrun) that is refreshed on updated().
+- FromDisk (sglang): every step's weights go to the servers through /update_weights_from_disk of
+  a directory on the volume they mount (engines/sglang.py says why not NCCL); the sglang engine
+  has no NCCL path, so there is no NCCL sync. The trainer's own policy object for the rollouts
+  (tokenizer, image sizes) needs no weights, so under torchrun its copy is not refreshed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from kubecua_trainer.engines.base import Engine
+from kubecua_trainer.engines.sglang import SGLangEngine
+from kubecua_trainer.sharded import refresh_weights
+
+if TYPE_CHECKING:
+    from kubecua_trainer.distributed import Dist
+    from kubecua_trainer.model import Policy
+
+
+class WeightSync(Protocol):
+    async def updated(self, step: int) -> dict[str, float]:
+        """The learner holds `step`'s weights; returns timings for the step's stats."""
+        ...
+
+    async def checkpointed(self, step: int, checkpoint: str | None) -> None:
+        """`step`'s checkpoint directory, or None when this step wrote none."""
+        ...
+
+
+class InProcess:
+    def __init__(self, policy: Policy, gen: Policy):
+        self.policy, self.gen = policy, gen  # gen is policy when the engine shares it
+
+    async def updated(self, step: int) -> dict[str, float]:
+        if self.gen is self.policy:  # shared: the learner labelled it (Policy.version)
+            return {}
+        seconds = await asyncio.to_thread(refresh_weights, self.policy.model, self.gen, step)
+        return {"weight_refresh_seconds": seconds}
+
+    async def checkpointed(self, step: int, checkpoint: str | None) -> None:
+        return None
+
+
+class FromDisk:
+    """weights(step, checkpoint) gives a directory with `step`'s weights: the checkpoint when
+    there is one, else a weights-only copy (Saver.weights_for_engine; collective)."""
+
+    def __init__(self, engine: SGLangEngine, weights: Callable[[int, str | None], str], dist: Dist):
+        self.engine, self.weights, self.dist = engine, weights, dist
+
+    async def updated(self, step: int) -> dict[str, float]:
+        return {}  # the servers load the step once its directory is written
+
+    async def checkpointed(self, step: int, checkpoint: str | None) -> None:
+        path = self.weights(step, checkpoint)
+        if self.dist.is_main:
+            await self.engine.update_weights(step, path)
+        self.dist.barrier()  # the servers hold step's weights before any rank says so
+        self.engine.weights_step = step
+
+
+def build_weight_sync(
+    engine: Engine,
+    policy: Policy,
+    gen: Policy,
+    weights: Callable[[int, str | None], str],
+    dist: Dist,
+) -> WeightSync:
+    if isinstance(engine, SGLangEngine):
+        return FromDisk(engine, weights, dist)
+    return InProcess(policy, gen)
