@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import torch
+from bench.testing.images import screenshot
 
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.continuous import EngineRecord
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.testing.images import screenshot
-from kubecua_trainer.testing.tiny_models import build_tiny_model
+from kubecua_trainer.tiny_models import build_tiny_model
 from kubecua_trainer.tokens import Conversation, build_turn_prompt
 
 MAX_PIXELS = 56 * 56 * 4
@@ -321,3 +321,61 @@ def test_screenshots_prepared_in_the_callers_thread_equal_the_processor_output(
         assert b._pixels(req, 3) == (None, None)  # every screenshot reused: nothing to encode
     finally:
         asyncio.run(engine.close())
+
+
+def test_requests_joining_together_share_one_prefill_with_unchanged_results(
+    policy: Policy,
+) -> None:
+    """Four episodes whose turns reach the engine together: each turn's four prefills run as one
+    padded forward (different reused prefixes, new lengths and screenshots per row), and give
+    the ids and log-probs that the same requests give one at a time."""
+    greedy = _sampling(policy, temperature=0.0)
+    episodes = 4
+
+    async def play(together: bool) -> tuple[list[Conversation], list[EngineRecord]]:
+        engine = HFEngine(policy)
+        convs = [Conversation(policy, "sys", MAX_PIXELS) for _ in range(episodes)]
+        for i, conv in enumerate(convs):  # tasks of different lengths: different prefixes
+            conv.add_user("task " * (1 + 2 * i), screenshot(i, (150, 120)))
+        for turn in range(2):
+            if turn:
+                for i, conv in enumerate(convs):  # user turns of different lengths
+                    conv.add_user("next " * (1 + 3 * i), screenshot(10 + i, (150, 120)))
+            if together:  # queue all four while the worker waits for the lock it rounds under
+                with policy.lock:
+                    calls = [
+                        asyncio.create_task(engine.generate(*c.prompt(), greedy)) for c in convs
+                    ]
+                    while engine._arrivals + engine._queue.qsize() < (turn + 1) * episodes:  # noqa: ASYNC110
+                        await asyncio.sleep(0.002)
+                gens = await asyncio.gather(*calls)
+            else:
+                gens = [await engine.generate(*c.prompt(), greedy) for c in convs]
+            for conv, gen in zip(convs, gens, strict=True):
+                conv.add_generation(gen)
+        await engine.close()
+        return convs, list(engine.records)
+
+    batched, records = asyncio.run(play(True))
+    alone, alone_records = asyncio.run(play(False))
+    assert [r.prefill_batch for r in records] == [episodes] * 2 * episodes
+    assert [r.prefill_batch for r in alone_records] == [1] * 2 * episodes
+    second = records[episodes:]
+    assert len({r.reused_tokens for r in second}) == episodes  # different prefixes per row
+    assert len({r.prefilled_tokens for r in second}) == episodes  # and different new lengths
+
+    def turn2(recs: list[EngineRecord]) -> list[tuple[int, int, int, int]]:
+        # arrival order within a turn may differ; the prompt length names the episode
+        return sorted(
+            (r.prompt_tokens, r.reused_tokens, r.prefilled_tokens, r.images_encoded)
+            for r in recs[episodes:]
+        )
+
+    # the second turn reuses each episode's own first turn, batched or not (the first turns
+    # differ: alone, a later episode reuses the system prompt of an earlier one)
+    assert turn2(records) == turn2(alone_records)
+    for b, a in zip(batched, alone, strict=True):
+        b_ids, b_lps = _generated(b)
+        a_ids, a_lps = _generated(a)
+        assert b_ids == a_ids
+        assert torch.allclose(b_lps, a_lps, atol=1e-5), (b_lps - a_lps).abs().max()

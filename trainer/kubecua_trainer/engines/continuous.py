@@ -31,12 +31,13 @@ bit-identical. Weights: the cache is keyed by Policy.version and a fingerprint o
 in-place version counters; any change (a learner step, a weight refresh, a checkpoint load)
 drops every stored KV, and sequences in flight restart from their prompt, so no generation mixes
 two versions of the weights.
-CUDA graphs (HFEngine(cuda_graphs=True), opt-in): the decode step is replayed from graphs, one per
-power-of-two row count and KV buffer, with a bf16 copy of the text model's Linear weights
-(_DecodeGraphs says why); the trainer does not turn it on: its first run, on an H100 on
-2026-11-25, failed to capture and then to sample (docs/benchmarks.md).
-What it leaves out: torch.compile of the decode step, chunked prefill, batched prefill of several
-joining requests, and sharing one prefix between rows without a copy (each row holds its own KV).
+CUDA graphs (HFEngine(cuda_graphs=True); the trainer turns them on wherever the policy is on
+CUDA): the decode step is replayed from graphs, one per power-of-two row count and KV buffer, with
+a bf16 copy of the text model's fp32 Linear weights (_DecodeGraphs says why).
+Requests that join at the same step are prefilled in one forward (right-padded, each row causal
+over its own reused prefix): a small prefill costs the host's kernel launches, not the GPU's work.
+What it leaves out: torch.compile of the decode step, chunked prefill, and sharing one prefix
+between rows without a copy (each row holds its own KV).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Requests admitted together are prefilled in one forward of at most this many (padded) tokens:
+# a small prefill is bound by the host launching ~3,400 kernels (about 100 ms for a 3B model on
+# an H100, docs/benchmarks.md), so one forward for eight requests costs about what one did.
+PREFILL_BATCH_TOKENS = 16_384
 ATTENTION = "kubecua_engine_sdpa"  # no "flash" in the name: transformers would take its FA path
 
 
@@ -131,6 +136,7 @@ class EngineRecord:
     finish_reason: str = ""
     policy_version: int = 0
     restarts: int = 0  # times the weights changed under it
+    prefill_batch: int = 0  # requests prefilled in the same forward as this one
 
 
 def _round_up(n: int, k: int) -> int:
@@ -313,6 +319,37 @@ class _PrefillCache:
         return k[None, :, :width], v[None, :, :width]
 
 
+class _BatchPrefillCache:
+    """past_key_values for a batched prefill of rows [row0, row0 + R): row r's N (right-padded)
+    new K/V go to [starts[r], starts[r] + N) of its row; attention sees [0, width) of every row,
+    masked per row. The padding's K/V land past the row's length, where the decode mask hides
+    them until a decode step overwrites them."""
+
+    is_compileable = False
+
+    def __init__(self, kv: KVRows, row0: int, starts: torch.Tensor, n: int, width: int):
+        self.kv, self.row0, self.width = kv, row0, width
+        self.min_start = int(starts.min())
+        r = len(starts)
+        self.rows = (row0 + torch.arange(r, device=starts.device))[:, None].expand(r, n)
+        self.slots = starts[:, None] + torch.arange(n, device=starts.device)[None, :]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.min_start
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any,
+        **__: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        ks, vs = self.kv.tensors()
+        k, v = ks[layer_idx], vs[layer_idx]
+        # (R, heads, N, dim) -> (R, N, heads, dim): advanced indices (rows, slots) come first
+        k[self.rows, :, self.slots] = key_states.transpose(1, 2).to(k.dtype)
+        v[self.rows, :, self.slots] = value_states.transpose(1, 2).to(v.dtype)
+        end = self.row0 + len(self.rows)
+        return k[self.row0 : end, :, : self.width], v[self.row0 : end, :, : self.width]
+
+
 class _DecodeCache:
     """past_key_values for a decode step: row i's new K/V go to index lens[i]; attention sees
     [0, width) of every row, masked to each row's own length."""
@@ -386,6 +423,21 @@ class _Seq:
     cached: int = 0  # leading ids whose K/V are in the row
     gen: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Plan:
+    """A request ready to prefill: its ids, the reused prefix (m ids from entry), its 3-D
+    positions and the pixels of the screenshots it adds."""
+
+    seq: _Seq
+    ids: torch.Tensor
+    m: int
+    entry: PrefixEntry | None
+    positions: torch.Tensor
+    pixel_values: torch.Tensor | None
+    new_grids: torch.Tensor | None
+    new_images: int
 
 
 class ContinuousBatcher:
@@ -495,12 +547,12 @@ class ContinuousBatcher:
                     self.graphs.refresh_weights()
             while True:
                 drain()
-                admitted = 0
-                while pending and len(self.rows) < self.max_batch_size:
-                    self._admit(pending.popleft())
-                    admitted += 1
-                if admitted:
-                    self.admissions.append(admitted)
+                joining: list[_Seq] = []
+                while pending and len(self.rows) + len(joining) < self.max_batch_size:
+                    joining.append(pending.popleft())
+                if joining:
+                    self._admit(joining)
+                    self.admissions.append(len(joining))
                 if not self.rows or time.perf_counter() - start > self.hold_seconds:
                     break
                 self._decode_step()
@@ -527,32 +579,70 @@ class ContinuousBatcher:
 
     # -- admission: prefix lookup, then prefill of the rest -------------------------------------
 
-    def _admit(self, seq: _Seq) -> None:
-        req = seq.req
-        seq.ids, seq.gen, seq.logprobs = list(req.prompt_ids), [], []
-        rec = seq.rec
-        rec.join_step, rec.running_at_join = self.steps, len(self.rows)
+    def _admit(self, seqs: list[_Seq]) -> None:
+        """Prefill the requests that join at this step, together where their padded tokens fit
+        PREFILL_BATCH_TOKENS, and add them to the running rows."""
+        plans: list[_Plan] = []
+        for seq in seqs:
+            req = seq.req
+            seq.ids, seq.gen, seq.logprobs = list(req.prompt_ids), [], []
+            seq.rec.join_step, seq.rec.running_at_join = self.steps, len(self.rows) + len(plans)
+            t0 = time.perf_counter()
+            try:
+                plans.append(self._plan(seq))
+            except Exception as exc:  # one bad request must not stop the others
+                self._refuse(seq, exc)
+            finally:
+                self.prefill_seconds += time.perf_counter() - t0
+        chunk: list[_Plan] = []
+        for plan in plans:
+            width = max(len(p.ids) - p.m for p in [*chunk, plan])
+            if chunk and width * (len(chunk) + 1) > PREFILL_BATCH_TOKENS:
+                self._prefill(chunk)
+                chunk = []
+            chunk.append(plan)
+        if chunk:
+            self._prefill(chunk)
+
+    def _refuse(self, seq: _Seq, exc: Exception) -> None:
+        if not isinstance(exc, EngineError):
+            log.exception("hf engine prefill failed")
+            exc = EngineError(str(exc))
+        seq.rec.finish_reason = "error"
+        seq.req.resolve(exc)
+
+    def _prefill(self, plans: list[_Plan]) -> None:
+        """Prefill plans in one forward, then add them as rows; a failed batch is retried one
+        request at a time, so only the request at fault fails."""
         t0 = time.perf_counter()
         try:
-            first = self._prefill(seq)
-        except Exception as exc:  # one bad request must not stop the others
-            if not isinstance(exc, EngineError):
-                log.exception("hf engine prefill failed")
-                exc = EngineError(str(exc))
-            rec.finish_reason = "error"
-            seq.req.resolve(exc)
-            return
-        finally:
+            firsts = self._forward(plans)
+        except Exception as exc:
             self.prefill_seconds += time.perf_counter() - t0
-        self.rows.append(seq)
-        gen = self._take(seq, *first)
-        if gen is not None:  # done at its first id
-            self._leave(len(self.rows) - 1)
+            if len(plans) == 1:
+                self._refuse(plans[0].seq, exc)
+                return
+            log.warning("prefill of %d requests failed (%s); one at a time", len(plans), exc)
+            for plan in plans:
+                self._prefill([plan])
+            return
+        self.prefill_seconds += time.perf_counter() - t0
+        row0 = len(self.rows)
+        for plan in plans:
+            self.rows.append(plan.seq)
+        done = []
+        for r, (plan, first) in enumerate(zip(plans, firsts, strict=True)):
+            gen = self._take(plan.seq, *first)
+            if gen is not None:  # done at its first id
+                done.append((row0 + r, plan.seq, gen))
+        for row, seq, gen in reversed(done):  # descending rows, as in _decode_step
+            self._leave(row)
             self.on_finish(seq, gen)
 
-    def _prefill(self, seq: _Seq) -> tuple[int, float]:
+    def _plan(self, seq: _Seq) -> _Plan:
+        """Checks, the prefix lookup and the positions: the host's part of a prefill."""
         policy = self.policy
-        req, rec = seq.req, seq.rec
+        req = seq.req
         if req.sampling.max_new_tokens < 1:
             raise EngineError(f"max_new_tokens must be >= 1, got {req.sampling.max_new_tokens}")
         pad = policy.image_pad_id
@@ -566,7 +656,6 @@ class ContinuousBatcher:
         if not seq.digests:
             seq.digests = req.digests or [self._digest(im) for im in req.images]
         entry, m, reused_images = self.store.best(self.key or (0, 0), ids, runs, seq.digests)
-        new_images = req.images[reused_images:]
         pixel_values, new_grids = self._pixels(req, reused_images)
         old_grids = (
             entry.grids[:reused_images] if entry is not None and entry.grids is not None else None
@@ -579,45 +668,84 @@ class ContinuousBatcher:
                 f"prompt holds {int((ids == pad).sum())} image pads but the images need {sum(need)}"
             )
         positions = self._positions(ids, seq)
-        row = len(self.rows)
-        total = len(ids) + req.sampling.max_new_tokens
-        self.kv.reserve(row + 1, total, [s.cached for s in self.rows], self.max_batch_size)
+        new_images = len(req.images) - reused_images
+        return _Plan(seq, ids, m, entry, positions, pixel_values, new_grids, new_images)
+
+    def _forward(self, plans: list[_Plan]) -> list[tuple[int, float]]:
+        """One forward of the plans' new tokens into rows [len(rows), len(rows) + R); the first
+        sampled (id, log-prob) of each."""
+        policy = self.policy
+        dev, pad = policy.device, policy.image_pad_id
+        row0, r = len(self.rows), len(plans)
+        ns = [len(p.ids) - p.m for p in plans]
+        n = max(ns)
+        total = max(max(len(p.ids) + p.seq.req.sampling.max_new_tokens, p.m + n) for p in plans)
+        self.kv.reserve(row0 + r, total, [s.cached for s in self.rows], self.max_batch_size)
         k, v = self.kv.tensors()
-        if entry is not None and m:
-            k[:, row, :, :m] = entry.k[:, :, :m]
-            v[:, row, :, :m] = entry.v[:, :, :m]
-        n = len(ids) - m
-        dev = policy.device
-        mask, width = None, n  # no prefix: SDPA's own causal (flash) path
-        if m:  # causal over the suffix, full over the reused prefix; width aligned for SDPA
-            width = min(_round_up(m + n, 64), k.shape[3])
-            q = torch.arange(n, device=dev)[:, None] + m
-            mask = (torch.arange(width, device=dev)[None, :] <= q)[None, None]
-        inputs: dict[str, Any] = {
-            "input_ids": ids[None, m:].to(dev),
-            "position_ids": positions[:, None, m:].to(dev),
-            "mm_token_type_ids": (ids[None, m:] == pad).long().to(dev),
+        for i, p in enumerate(plans):
+            if p.entry is not None and p.m:
+                k[:, row0 + i, :, : p.m] = p.entry.k[:, :, : p.m]
+                v[:, row0 + i, :, : p.m] = p.entry.v[:, :, : p.m]
+        inputs: dict[str, Any]
+        if r == 1:  # one request: SDPA's own causal path when nothing is reused
+            (p,) = plans
+            mask, width = None, n
+            if p.m:  # causal over the suffix, full over the reused prefix; width aligned for SDPA
+                width = min(_round_up(p.m + n, 64), k.shape[3])
+                q = torch.arange(n, device=dev)[:, None] + p.m
+                mask = (torch.arange(width, device=dev)[None, :] <= q)[None, None]
+            ids = p.ids[None, p.m :]
+            positions = p.positions[:, None, p.m :]
+            cache: Any = _PrefillCache(self.kv, row0, p.m, width)
+            keep: int | torch.Tensor = 1
+        else:  # right-padded rows, each causal over its own prefix and new tokens
+            starts = torch.tensor([p.m for p in plans], device=dev)
+            width = min(_round_up(int(starts.max()) + n, 64), k.shape[3])
+            q = starts[:, None, None] + torch.arange(n, device=dev)[None, :, None]
+            mask = (torch.arange(width, device=dev)[None, None, :] <= q)[:, None]
+            ids = torch.zeros((r, n), dtype=torch.long)  # id 0 pads: never an image pad
+            positions = torch.zeros((3, r, n), dtype=torch.long)
+            for i, (p, ni) in enumerate(zip(plans, ns, strict=True)):
+                ids[i, :ni] = p.ids[p.m :]
+                positions[:, i, :ni] = p.positions[:, p.m :]
+                # the padding continues the row's positions (its outputs are never read)
+                positions[:, i, ni:] = p.positions[:, -1:] + torch.arange(1, n - ni + 1)
+            cache = _BatchPrefillCache(self.kv, row0, starts, n, width)
+            keep = torch.tensor(sorted(set(ni - 1 for ni in ns)), device=dev)
+        inputs = {
+            "input_ids": ids.to(dev),
+            "position_ids": positions.to(dev),
+            "mm_token_type_ids": (ids == pad).long().to(dev),
             "attention_mask": mask,
         }
-        if pixel_values is not None:
-            inputs["pixel_values"] = pixel_values.to(dev)
-            inputs["image_grid_thw"] = new_grids.to(dev) if new_grids is not None else None
-        out = policy.model(
-            **inputs,
-            past_key_values=_PrefillCache(self.kv, row, m, width),
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        seq.cached = len(ids)
-        rec.reused_tokens, rec.prefilled_tokens = m, n
-        rec.images_encoded = len(new_images)
-        self.reused_tokens += m
-        self.prefill_tokens += n
-        s = req.sampling
+        pixels = [p.pixel_values for p in plans if p.pixel_values is not None]
+        if pixels:
+            inputs["pixel_values"] = torch.cat(pixels).to(dev)
+            grids = [p.new_grids for p in plans if p.new_grids is not None]
+            inputs["image_grid_thw"] = torch.cat(grids).to(dev)
+        out = policy.model(**inputs, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+        if r == 1:
+            last = out.logits[:, -1]
+        else:  # row i's logits at its own last new token
+            at = {int(j): c for c, j in enumerate(keep.tolist())}  # type: ignore[union-attr]
+            cols = torch.tensor([at[ni - 1] for ni in ns], device=dev)
+            last = out.logits[torch.arange(r, device=dev), cols]
+        for p, ni in zip(plans, ns, strict=True):
+            seq, rec = p.seq, p.seq.rec
+            seq.cached = len(p.ids)
+            rec.reused_tokens, rec.prefilled_tokens = p.m, ni
+            rec.images_encoded, rec.prefill_batch = p.new_images, r
+            self.reused_tokens += p.m
+            self.prefill_tokens += ni
+        samplings = [p.seq.req.sampling for p in plans]
         ids_, lps = sample_rows(
-            out.logits[:, -1], [s.temperature], [s.top_p], policy.banned_ids, self.generator
+            last,
+            [s.temperature for s in samplings],
+            [s.top_p for s in samplings],
+            policy.banned_ids,
+            self.generator,
         )
-        return ids_[0], lps[0]
+        return list(zip(ids_, lps, strict=True))
 
     def _positions(self, ids: torch.Tensor, seq: _Seq) -> torch.Tensor:
         """(3, L) M-RoPE positions from the model's own get_rope_index; sets seq.delta."""
@@ -732,7 +860,7 @@ def decode_forward(
 
 
 class _DecodeGraphs:
-    """The decode step replayed from CUDA graphs (opt-in, CUDA only): one graph per (row bucket,
+    """The decode step replayed from CUDA graphs (CUDA only): one graph per (row bucket,
     KV buffer), rows padded to a power of two, attention over the whole buffer (masked).
 
     Why a bf16 copy of the text model's Linear weights: under autocast the fp32 masters are cast
