@@ -13,8 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from bench.scale import SliceWatcher
 from kubernetes import config
+
+from bench.scale import SliceWatcher
 
 from .conftest import wait_until
 from .test_stale_cache import Partition

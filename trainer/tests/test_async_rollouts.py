@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from bench.testing.bandit import play_bandit
 from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_bandit import GROUP, NEW_TOKENS, STEPS, TASKS
 from test_metrics import free_port
 from test_train import local_run
 
+from bench.testing.bandit import play_bandit
 from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine

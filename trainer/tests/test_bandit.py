@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 
 import torch
-from bench.testing.bandit import play_bandit
 
+from bench.testing.bandit import play_bandit
 from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.checkpoint import (
     latest_checkpoint,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.continuous import EngineRecord
 from kubecua_trainer.engines.hf import HFEngine

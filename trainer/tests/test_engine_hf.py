@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import uvicorn
-from bench.testing.images import screenshot
 from fastapi import FastAPI, HTTPException
 from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_train import local_run
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.sglang import SGLangEngine, collapse_image_pads
 from kubecua_trainer.sources.static import StaticSource

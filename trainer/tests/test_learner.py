@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner

@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml  # type: ignore[import-untyped]
+from PIL import Image
+
 from bench.learning import run as bench
 from bench.learning.family import FAMILY, load_split
 from bench.learning.offline import Offline
-from PIL import Image
-
 from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.sources.local import launcher_path

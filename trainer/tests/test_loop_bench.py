@@ -9,9 +9,9 @@ import base64
 import time
 
 import pytest
+
 from bench import loop_bench
 from bench.replay_desktop import ReplaySandbox, load_recording
-
 from kubecua_sandbox_client import SandboxClient
 
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import torch
+
 from bench.flops import Shape, train_flops, vision_attention_flops
 from bench.shapes import bench_policy, build_model, image_grid, synthetic_sample
 from bench.testing.images import screenshot
-
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import model_inputs

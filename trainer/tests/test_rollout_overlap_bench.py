@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoModelForImageTextToText
+
 from bench.rollout_overlap import (
     LEARNER_BOUND,
     parse_args,
@@ -12,8 +14,6 @@ from bench.rollout_overlap import (
     scale_text_config,
     summarise,
 )
-from transformers import AutoModelForImageTextToText
-
 from kubecua_trainer.tiny_models import build_config, train_tokenizer
 
 

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 import uvicorn
 import yaml  # type: ignore[import-untyped]
-from bench.testing.images import screenshot
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.sglang import (
     SGLANG_VERSION,

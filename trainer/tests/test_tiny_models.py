@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs

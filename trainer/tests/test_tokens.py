@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from bench.testing.images import screenshot
 
+from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.tokens import Conversation, build_turn_prompt, check_image_pads, fit_image

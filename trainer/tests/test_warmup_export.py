@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from bench.testing.images import screenshot
-
 from kubecua_trainer.cli import main
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
 from kubecua_trainer.trajectories import read_trajectories, write_trajectories

@@ -62,7 +62,8 @@ def serve(runner: VmRunner, port: int) -> ThreadingHTTPServer:
                 return self._answer(404, {"detail": "not found"})
             ready = runner.state == "ready" and runner.snapshotted
             self._answer(
-                200 if ready else 503, {"state": runner.state, "rebuilds": runner.rebuilds, "restores": runner.restores}
+                200 if ready else 503,
+                {"state": runner.state, "rebuilds": runner.rebuilds, "restores": runner.restores},
             )
 
         def do_POST(self) -> None:
