@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kubecua_operator.k8s import Kube
+from kubecua_operator.trainingrun.model import parse
 from kubecua_operator.trainingrun.status import (
     JobView,
     Observed,
@@ -206,7 +207,7 @@ def test_a_workload_without_quota_shows_kueues_reason_and_message():
     run = queued_run("ns", "r")
     seen = Observed(job=JobView(name="r-trainer", uid="u", suspend=True), ready_sandboxes=2,
                     admission=got)  # fmt: skip
-    st = compute_run_status(run, seen, "2026-11-25T00:00:00Z")
+    st = compute_run_status(run, parse(run).spec, seen, "2026-11-25T00:00:00Z")
     assert st["phase"] == "Pending"
     assert condition(st, "Admitted")["reason"] == "Pending"
     assert condition(st, "Admitted")["message"] == f"Workload job-x-1: {pending['message']}"

@@ -7,8 +7,9 @@ import yaml
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun import children
 from kubecua_operator.trainingrun.job import build_job
+from kubecua_operator.trainingrun.model import parse
 
-RUN = {
+BODY = {
     "apiVersion": "kubecua.dev/v1alpha1",
     "kind": "TrainingRun",
     "metadata": {"name": "qwen", "namespace": "ns1", "uid": "u-2", "generation": 1},
@@ -25,6 +26,7 @@ RUN = {
         "metrics": {"port": 9400},
     },
 }
+RUN = parse(BODY)  # as the operator sees it: its spec parsed once
 
 
 def test_trainer_is_an_indexed_job_with_torchrun_environment():
@@ -105,7 +107,7 @@ def test_config_map_holds_a_loadable_manifest():
     cm = children.build_config_map(RUN)
     manifest = yaml.safe_load(cm["data"]["trainingrun.yaml"])
     assert manifest["kind"] == "TrainingRun"
-    assert manifest["spec"] == RUN["spec"]
+    assert manifest["spec"] == BODY["spec"]
 
 
 def test_sglang_deployment_serves_the_model_on_gpus():

@@ -19,6 +19,7 @@ import yaml
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun import children, reconcile, status
 from kubecua_operator.trainingrun.job import build_job
+from kubecua_operator.trainingrun.model import parse
 
 from .conftest import wait_until
 from .helpers import pool_manifest, wait_pool
@@ -74,12 +75,12 @@ def test_sglang_deployment_mounts_the_trainers_checkpoint_volume_read_only(
 
 
 def test_built_deployment_mounts_the_default_path_when_the_spec_names_none():
-    run = {
+    run = parse({
         "metadata": {"name": "r", "namespace": "ns"},
         "spec": {"model": {"path": "/m/x"}, "sandboxes": {"urls": ["http://d:1"]},
                  "tasks": {"path": "/t"}, "rollout": {"engine": "sglang"},
-                 "checkpoint": {"volume": "c"}},
-    }  # fmt: skip
+                 "checkpoint": {"volume": "c"}, "steps": 1},
+    })  # fmt: skip
     deployment, _ = children.build_sglang(run, Settings())
     job = build_job(run, Settings(), suspend=False)
     served = checkpoint_mounts(deployment["spec"]["template"]["spec"])
@@ -153,12 +154,12 @@ def test_a_stored_run_that_predates_the_rule_fails_saying_why_and_builds_nothing
     spec = {"model": {"path": "/m/x"}, "sandboxes": {"urls": ["http://d:1"]},
             "tasks": {"path": "/t"}, "rollout": {"engine": "sglang"}, "steps": 3}  # fmt: skip
     run = {"metadata": {"name": "old", "namespace": "ns", "generation": 1}, "spec": spec}
-    reason = reconcile.invalid_reason(run["spec"])
+    reason = reconcile.invalid_reason(parse(run).spec)
     assert reason.startswith("spec.checkpoint.volume: engine sglang without")
     seen = status.Observed(job=None, ready_sandboxes=None, invalid=reason)
-    st = status.compute_run_status(run, seen, "2026-01-01T00:00:00Z")
+    st = status.compute_run_status(run, parse(run).spec, seen, "2026-01-01T00:00:00Z")
     failed = next(c for c in st["conditions"] if c["type"] == "Failed")
     assert (st["phase"], failed["status"], failed["reason"]) == ("Failed", "True", "InvalidSpec")
     assert failed["message"] == reason
     run["spec"]["checkpoint"] = {"volume": "c"}
-    assert reconcile.invalid_reason(run["spec"]) == ""
+    assert reconcile.invalid_reason(parse(run).spec) == ""

@@ -14,10 +14,17 @@ from kubecua_operator.sandboxpool.model import (
 )
 from kubecua_operator.sandboxpool.plan import Plan
 from kubecua_operator.sandboxpool.status import compute_status
+from kubecua_operator.trainingrun.model import parse
 from kubecua_operator.trainingrun.status import JobView, Observed, compute_phase, compute_run_status
 
 POOL = {"metadata": {"name": "p", "generation": 4}, "spec": {"replicas": 3}}
-RUN_SPEC = {"sandboxes": {"poolRef": "p", "minReady": 2}, "trainer": {"nodes": 1}}
+RUN_SPEC = {"model": {"path": "/m"}, "sandboxes": {"poolRef": "p", "minReady": 2},
+            "tasks": {"path": "/t"}, "steps": 1, "trainer": {"nodes": 1}}  # fmt: skip
+
+
+def run_status(run: dict, seen: Observed, now: str) -> dict:
+    """The status of a run as the operator computes it: its spec parsed once."""
+    return compute_run_status(run, parse(run).spec, seen, now)
 
 
 def test_pool_status_counts_and_conditions():
@@ -104,12 +111,12 @@ def test_a_run_demands_capacity_while_it_is_neither_suspended_nor_finished(suspe
     ],
 )
 def test_run_phase_table(spec, job, phase):
-    assert compute_phase({**RUN_SPEC, **spec}, Observed(job, 2))[0] == phase
+    assert compute_phase(parse({"spec": {**RUN_SPEC, **spec}}).spec, Observed(job, 2))[0] == phase
 
 
 def test_run_waits_for_min_ready_sandboxes_with_a_named_condition():
     run = {"metadata": {"generation": 1}, "spec": RUN_SPEC}
-    st = compute_run_status(run, Observed(None, 1), "T0")
+    st = run_status(run, Observed(None, 1), "T0")
     sand = c.find(st["conditions"], "SandboxesReady")
     assert st["phase"] == "Pending"
     assert sand["status"] == "False"
@@ -120,7 +127,7 @@ def test_run_waits_for_min_ready_sandboxes_with_a_named_condition():
 def test_failed_run_shows_the_reason_and_completion_time():
     run = {"metadata": {"generation": 1}, "spec": RUN_SPEC, "status": {"startTime": "T0"}}
     job = JobView("j", failed=4, failed_reason="BackoffLimitExceeded", failed_message="too many")
-    st = compute_run_status(run, Observed(job, 2), "T9")
+    st = run_status(run, Observed(job, 2), "T9")
     failed = c.find(st["conditions"], "Failed")
     assert st["phase"] == "Failed"
     assert failed["reason"] == "BackoffLimitExceeded"
@@ -133,12 +140,12 @@ def test_a_run_asking_for_capacity_shows_its_pools_demand_met_while_active():
     spec = {**RUN_SPEC, "sandboxes": {"poolRef": "p", "capacity": {"episodes": 4}}}
     run = {"metadata": {"name": "r", "generation": 1}, "spec": spec}
     short = ("False", "MaxReplicasTooLow", "active runs ask for 9 sandboxes (r 4, s 5) but ...")
-    st = compute_run_status(run, Observed(None, 1, pool_demand=short), "T0")
+    st = run_status(run, Observed(None, 1, pool_demand=short), "T0")
     met = c.find(st["conditions"], "DemandMet")
     assert (met["status"], met["reason"]) == ("False", "MaxReplicasTooLow")
     assert met["message"] == f"SandboxPool p: {short[2]}"
     suspended = {**run, "spec": {**spec, "suspend": True}}
-    st = compute_run_status(suspended, Observed(None, 1, pool_demand=short), "T0")
+    st = run_status(suspended, Observed(None, 1, pool_demand=short), "T0")
     assert c.find(st["conditions"], "DemandMet") is None  # a suspended run asks nothing
-    st = compute_run_status({**run, "spec": RUN_SPEC}, Observed(None, 1, pool_demand=short), "T0")
+    st = run_status({**run, "spec": RUN_SPEC}, Observed(None, 1, pool_demand=short), "T0")
     assert c.find(st["conditions"], "DemandMet") is None  # no capacity asked

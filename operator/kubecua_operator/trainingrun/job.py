@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubecua_api.trainingrun import TrainerConfig, TrainerResources
 from kubecua_operator import names
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun.children import (
@@ -28,8 +29,10 @@ from kubecua_operator.trainingrun.children import (
     _checkpoint_volume,
     _model_mounts,
     _model_volumes,
+    runs_sglang,
     token_secret_name,
 )
+from kubecua_operator.trainingrun.model import Run
 
 Obj = dict[str, Any]
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -58,67 +61,65 @@ def pod_failure_policy() -> Obj:
     }
 
 
-def trainer_env(run: Obj, pool: tuple[str, str] | None = None) -> list[Obj]:
-    meta, spec = run["metadata"], run["spec"]
-    trainer = spec.get("trainer", {})
-    child = names.run_child(meta["name"], "trainer")
+def processes_per_node(trainer: TrainerConfig) -> int:
+    return max(1, trainer.gpus_per_node)  # one per GPU; one on the CPU
+
+
+def trainer_env(run: Run, pool: tuple[str, str] | None = None) -> list[Obj]:
+    spec = run.spec
+    child = names.run_child(run.name, "trainer")
     master = f"{child}-0.{child}"
     index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
     env: list[Obj] = [
-        {"name": "PET_NNODES", "value": str(trainer.get("nodes", 1))},
-        {"name": "PET_NPROC_PER_NODE", "value": str(max(1, trainer.get("gpusPerNode", 0)))},
+        {"name": "PET_NNODES", "value": str(spec.trainer.nodes)},
+        {"name": "PET_NPROC_PER_NODE", "value": str(processes_per_node(spec.trainer))},
         {"name": "PET_NODE_RANK", "valueFrom": index_ref},
         {"name": "PET_MASTER_ADDR", "value": master},
         {"name": "PET_MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
         {"name": "MASTER_ADDR", "value": master},
         {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
-        {"name": "KUBECUA_TRAININGRUN_NAME", "value": meta["name"]},
-        {"name": "KUBECUA_TRAININGRUN_NAMESPACE", "value": meta["namespace"]},
+        {"name": "KUBECUA_TRAININGRUN_NAME", "value": run.name},
+        {"name": "KUBECUA_TRAININGRUN_NAMESPACE", "value": run.namespace},
         {"name": "KUBECUA_RESUME", "value": "latest"},
     ]
     if token_secret_name(spec, pool):
         env.append({"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/token"})
-    rollout = spec.get("rollout", {})
-    if rollout.get("engine") == "sglang" and not rollout.get("sglangUrls"):
-        url = f"http://{names.run_child(meta['name'], 'sglang')}:{SGLANG_PORT}"
+    if runs_sglang(spec):
+        url = f"http://{names.run_child(run.name, 'sglang')}:{SGLANG_PORT}"
         env.append({"name": "KUBECUA_SGLANG_URLS", "value": url})
     return env
 
 
-def trainer_command(spec: Obj) -> list[str]:
+def trainer_command(trainer: TrainerConfig) -> list[str]:
     """The trainer's torchrun (kubecua_trainer.launch) only where there are several processes
     to launch: unlike plain torchrun's agent it passes SIGTERM on to the workers, gives them the
     pod's whole grace period to checkpoint and exits 143 once they did. A single process runs the
     trainer directly (which also exits 143 after a SIGTERM's checkpoint).
 
-    >>> trainer_command({"trainer": {"nodes": 1, "gpusPerNode": 1}})[:3]
+    >>> trainer_command(TrainerConfig(nodes=1, gpus_per_node=1))[:3]
     ['python', '-m', 'kubecua_trainer']
-    >>> trainer_command({"trainer": {"nodes": 2, "gpusPerNode": 4}})[:5]
+    >>> trainer_command(TrainerConfig(nodes=2, gpus_per_node=4))[:5]
     ['python', '-m', 'kubecua_trainer.launch', '--module', 'kubecua_trainer']
     """
-    trainer = spec.get("trainer", {})
-    processes = trainer.get("nodes", 1) * max(1, trainer.get("gpusPerNode", 0))
     launcher = ["python", "-m"]
-    if processes > 1:
+    if trainer.nodes * processes_per_node(trainer) > 1:
         launcher += ["kubecua_trainer.launch", "--module"]
     return [*launcher, "kubecua_trainer", "run", f"{CONFIG_DIR}/{CONFIG_FILE}"]
 
 
-def trainer_resources(spec: Obj) -> Obj:
+def trainer_resources(trainer: TrainerConfig) -> Obj:
     """User resources plus nvidia.com/gpu limits from gpusPerNode (0 leaves them out)."""
-    trainer = spec.get("trainer", {})
-    res = {k: dict(v) for k, v in (trainer.get("resources") or {}).items()}
-    gpus = trainer.get("gpusPerNode", 0)
-    if gpus:
-        res.setdefault("limits", {})["nvidia.com/gpu"] = gpus
+    res = (trainer.resources or TrainerResources()).model_dump(exclude_none=True)
+    if trainer.gpus_per_node:
+        res.setdefault("limits", {})["nvidia.com/gpu"] = trainer.gpus_per_node
     return res
 
 
 def volumes_and_mounts(
-    run: Obj, pool: tuple[str, str] | None = None
+    run: Run, pool: tuple[str, str] | None = None
 ) -> tuple[list[Obj], list[Obj]]:
-    spec = run["spec"]
-    config = {"name": names.run_child(run["metadata"]["name"], "config")}
+    spec = run.spec
+    config = {"name": names.run_child(run.name, "config")}
     volumes: list[Obj] = [
         {"name": "config", "configMap": config},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
@@ -136,47 +137,46 @@ def volumes_and_mounts(
     return volumes + _model_volumes(spec), mounts + _model_mounts(spec)
 
 
-def pod_labels(run: Obj) -> dict[str, str]:
-    labels = names.run_labels(run["metadata"]["name"], "trainer")
-    pool = run["spec"]["sandboxes"].get("poolRef")
+def pod_labels(run: Run) -> dict[str, str]:
+    labels = names.run_labels(run.name, "trainer")
+    pool = run.spec.sandboxes.pool_ref
     if pool:
         labels[names.client_label(pool)] = "true"
     return labels
 
 
 def build_job(
-    run: Obj, settings: Settings, suspend: bool, pool: tuple[str, str] | None = None
+    run: Run, settings: Settings, suspend: bool, pool: tuple[str, str] | None = None
 ) -> Obj:
     """`pool`: the bound pool's (uid, backend), which names the token Secret to mount."""
-    meta, spec = run["metadata"], run["spec"]
-    nodes = spec.get("trainer", {}).get("nodes", 1)
-    child = names.run_child(meta["name"], "trainer")
+    spec = run.spec
+    nodes = spec.trainer.nodes
+    child = names.run_child(run.name, "trainer")
     volumes, mounts = volumes_and_mounts(run, pool)
-    port = spec.get("metrics", {}).get("port", 9400)
+    port = spec.metrics.port
     container: Obj = {
         "name": TRAINER_CONTAINER,
-        "image": spec.get("trainer", {}).get("image") or settings.trainer_image,
-        "command": trainer_command(spec),
+        "image": spec.trainer.image or settings.trainer_image,
+        "command": trainer_command(spec.trainer),
         "env": trainer_env(run, pool),
         "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
         + ([{"name": "metrics", "containerPort": port}] if port else []),
-        "resources": trainer_resources(spec),
+        "resources": trainer_resources(spec.trainer),
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
-    labels = names.run_labels(meta["name"], "trainer")
-    queue = (spec.get("kueue") or {}).get("queueName")
-    if queue:
-        labels[names.KUEUE_QUEUE_LABEL] = queue
+    labels = names.run_labels(run.name, "trainer")
+    if spec.kueue.queue_name:
+        labels[names.KUEUE_QUEUE_LABEL] = spec.kueue.queue_name
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": child, "namespace": meta["namespace"], "labels": labels},
+        "metadata": {"name": child, "namespace": run.namespace, "labels": labels},
         "spec": {
             "completionMode": "Indexed",
             "completions": nodes,
             "parallelism": nodes,
-            "backoffLimit": spec.get("backoffLimit", 3),
+            "backoffLimit": spec.backoff_limit,
             "podFailurePolicy": pod_failure_policy(),  # needs restartPolicy Never
             "suspend": suspend,
             "template": {

@@ -1,10 +1,11 @@
 """reconcile_run: one level-based pass over a TrainingRun, and the per-run loop that runs it.
 
-Steps: (1) refuse specs that cannot run in a cluster; (2) make sure the static children exist
-and match the spec (every pass: a deleted or edited child is put back); (3) read the pool's
-readiness and the trainer Job from kopf indexes;
-(4) create the Job once minReady sandboxes are ready, and keep its suspend in line with the spec;
-(5) write the operator-owned status if it changed, then post an Event on a phase change.
+Steps: (0) parse the spec once (kubecua_api's TrainingRunSpec; a spec that does not parse fails
+the run, naming the field); (1) refuse specs that cannot run in a cluster; (2) make sure the
+static children exist and match the spec (every pass: a deleted or edited child is put back);
+(3) read the pool's readiness and the trainer Job from kopf indexes; (4) create the Job once
+minReady sandboxes are ready, and keep its suspend in line with the spec; (5) write the
+operator-owned status if it changed, then post an Event on a phase change.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import conditions, events, metrics, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.k8s import Kube, adopt, kube
-from kubecua_operator.trainingrun import children, job, status
+from kubecua_operator.trainingrun import children, job, model, status
+from kubecua_operator.trainingrun.model import Run
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -38,8 +41,7 @@ async def call(fn: Any, *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
 
-def static_children(run: Obj, with_pod_monitor: bool) -> list[Obj]:
-    spec, cfg = run["spec"], settings_mod.get()
+def static_children(run: Run, with_pod_monitor: bool) -> list[Obj]:
     objs = [
         children.build_network_policy(run),
         children.build_config_map(run),
@@ -48,29 +50,28 @@ def static_children(run: Obj, with_pod_monitor: bool) -> list[Obj]:
         children.build_role_binding(run),
         children.build_rendezvous_service(run),
     ]
-    if spec.get("metrics", {}).get("port", 9400):
+    if run.spec.metrics.port:
         objs.append(children.build_metrics_service(run))
         if with_pod_monitor:
             objs.append(children.build_pod_monitor(run))
-    rollout = spec.get("rollout", {})
-    if rollout.get("engine") == "sglang" and not rollout.get("sglangUrls"):
-        objs += children.build_sglang(run, cfg)
+    if children.runs_sglang(run.spec):
+        objs += children.build_sglang(run, settings_mod.get())
     return objs
 
 
-async def ensure_static(api: Kube, run: Obj, memory: RunMemory) -> None:
+async def ensure_static(api: Kube, run: Run, memory: RunMemory) -> None:
     """Create or correct every static child: apply() writes only what differs."""
     if memory.has_pod_monitors is None:
         memory.has_pod_monitors = await call(
             api.has_resource, "monitoring.coreos.com/v1", "podmonitors"
         )
     for obj in static_children(run, bool(memory.has_pod_monitors)):
-        adopt(obj, run)
+        adopt(obj, run.body)
         await call(api.apply, obj)
 
 
-def invalid_reason(spec: Obj) -> str:
-    if spec["sandboxes"].get("local"):
+def invalid_reason(spec: TrainingRunSpec) -> str:
+    if spec.sandboxes.local is not None:
         return "spec.sandboxes.local starts desktops on the trainer's machine: local mode only"
     return children.sglang_volume_problem(spec)
 
@@ -83,21 +84,23 @@ def demand_met_of(pool_status: Obj) -> tuple[str, str, str] | None:
     return str(cond.get("status")), str(cond.get("reason", "")), str(cond.get("message", ""))
 
 
+def job_of(body: Obj, jobs: kopf.Index) -> status.JobView | None:
+    found = list(jobs.get((body["metadata"]["namespace"], body["metadata"]["name"]), []))
+    return found[0] if found else None
+
+
 def observe(
-    run: Obj, jobs: kopf.Index, pools: kopf.Index, trainer_pods: Any = None
+    run: Run, jobs: kopf.Index, pools: kopf.Index, trainer_pods: Any = None
 ) -> status.Observed:
-    meta, spec = run["metadata"], run["spec"]
-    key = (meta["namespace"], meta["name"])
-    found = list(jobs.get(key, []))
+    spec, key, found = run.spec, (run.namespace, run.name), job_of(run.body, jobs)
     pods = tuple(trainer_pods.get(key, [])) if trainer_pods is not None else ()
-    pool = spec["sandboxes"].get("poolRef")
+    pool = spec.sandboxes.pool_ref
     if not pool:
-        job = found[0] if found else None
-        return status.Observed(job, None, invalid=invalid_reason(spec), pods=pods)
-    entries = list(pools.get((meta["namespace"], pool), []))
+        return status.Observed(found, None, invalid=invalid_reason(spec), pods=pods)
+    entries = list(pools.get((run.namespace, pool), []))
     ready, uid, backend, demand_met = entries[0] if entries else (0, "", "", None)
     return status.Observed(
-        job=found[0] if found else None,
+        job=found,
         ready_sandboxes=int(ready),
         pool_found=bool(entries),
         invalid=invalid_reason(spec),
@@ -107,17 +110,13 @@ def observe(
     )
 
 
-def queue_of(spec: Obj) -> str:
-    return str((spec.get("kueue") or {}).get("queueName") or "")
-
-
-async def read_admission(api: Kube, run: Obj, seen: status.Observed) -> status.Admission | None:
+async def read_admission(api: Kube, run: Run, seen: status.Observed) -> status.Admission | None:
     """The Workload Kueue made for this run's Job (labelled with the Job's uid), if any."""
-    if not queue_of(run["spec"]) or seen.job is None or not seen.job.uid:
+    if not run.spec.kueue.queue_name or seen.job is None or not seen.job.uid:
         return None
     selector = f"kueue.x-k8s.io/job-uid={seen.job.uid}"
     try:
-        found = await call(api.list, "Workload", run["metadata"]["namespace"], selector)
+        found = await call(api.list, "Workload", run.namespace, selector)
     except ApiException as err:
         if err.status == 404:  # Kueue is not installed: the Job just stays suspended
             return None
@@ -125,22 +124,21 @@ async def read_admission(api: Kube, run: Obj, seen: status.Observed) -> status.A
     return status.summarize_workload(found[0]) if found else None
 
 
-async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
+async def drive_job(api: Kube, run: Run, seen: status.Observed) -> None:
     """Create the Job when sandboxes allow; keep Job.spec.suspend equal to spec.suspend.
     Under Kueue the Job is created suspended and Kueue unsuspends it on admission; spec.suspend
     then deactivates the Workload (spec.active), since Kueue would unsuspend a Job whose Workload
     is still admitted, and Kueue suspends the Job itself as it evicts."""
-    spec, meta = run["spec"], run["metadata"]
-    suspend = bool(spec.get("suspend"))
-    kueue = bool(queue_of(spec))
-    old_phase = (run.get("status") or {}).get("phase")
+    spec = run.spec
+    suspend, kueue = spec.suspend, bool(spec.kueue.queue_name)
+    old_phase = (run.body.get("status") or {}).get("phase")
     if seen.job is None:
         gate = conditions.is_true(
             [status.sandboxes_condition(spec, seen, 0)], conditions.SANDBOXES_READY
         )
         if gate and not seen.invalid and old_phase not in TERMINAL and not (kueue and suspend):
             body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool)
-            adopt(body, run)
+            adopt(body, run.body)
             await call(api.create, body)
         return
     if seen.job.complete:
@@ -149,46 +147,51 @@ async def drive_job(api: Kube, run: Obj, seen: status.Observed) -> None:
         queued = seen.admission
         if queued and queued.active == suspend:
             patch = {"spec": {"active": not suspend}}
-            await call(api.patch, "Workload", meta["namespace"], queued.workload, patch)
+            await call(api.patch, "Workload", run.namespace, queued.workload, patch)
         return
     if seen.job.suspend != suspend:
         patch = {"spec": {"suspend": suspend}}
-        await call(api.patch, "Job", meta["namespace"], seen.job.name, patch)
+        await call(api.patch, "Job", run.namespace, seen.job.name, patch)
 
 
-def report_demand(run: Obj, finished: bool) -> None:
+def report_demand(body: Obj, spec: TrainingRunSpec | None, finished: bool) -> None:
     """Feed kubecua_pool_min_ready: an unfinished run asks its pool for minReady sandboxes."""
-    meta, sandboxes = run["metadata"], run["spec"]["sandboxes"]
-    pool = sandboxes.get("poolRef")
-    need = None if finished else int(sandboxes.get("minReady", 1))
+    meta, asks = body["metadata"], spec.sandboxes if spec and not finished else None
+    pool, need = (asks.pool_ref, asks.min_ready) if asks else (None, None)
     metrics.set_run_demand(meta["namespace"], meta["name"], pool, need)
 
 
 async def reconcile_run(
-    run: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory, pods: Any = None
+    body: Obj, jobs: kopf.Index, pools: kopf.Index, memory: RunMemory, pods: Any = None
 ) -> None:
     api = kube()
-    seen = observe(run, jobs, pools, pods)
-    admission = await read_admission(api, run, seen)
-    if admission:
-        seen = dataclasses.replace(seen, admission=admission)
-    if not seen.invalid:
-        await ensure_static(api, run, memory)
-        await drive_job(api, run, seen)
-    new = status.compute_run_status(run, seen, conditions.now_iso())
-    old = memory.last_status if memory.last_status is not None else run.get("status")
-    report_demand(run, (old or {}).get("phase") in TERMINAL or new["phase"] in TERMINAL)
+    spec: TrainingRunSpec | None = None
+    try:
+        run = model.parse(body)
+    except model.InvalidSpec as err:
+        seen = status.Observed(job_of(body, jobs), None, invalid=str(err))
+    else:
+        spec, seen = run.spec, observe(run, jobs, pools, pods)
+        admission = await read_admission(api, run, seen)
+        if admission:
+            seen = dataclasses.replace(seen, admission=admission)
+        if not seen.invalid:
+            await ensure_static(api, run, memory)
+            await drive_job(api, run, seen)
+    new = status.compute_run_status(body, spec, seen, conditions.now_iso())
+    old = memory.last_status if memory.last_status is not None else body.get("status")
+    report_demand(body, spec, (old or {}).get("phase") in TERMINAL or new["phase"] in TERMINAL)
     if (old or {}).get("phase") in TERMINAL and seen.job is None:
         return  # a finished run whose Job was removed stays finished
     if not status.owned_changed(old, new):
         return
-    meta = run["metadata"]
+    meta = body["metadata"]
     await call(api.patch, "TrainingRun", meta["namespace"], meta["name"], {"status": new}, "status")
     memory.last_status = new
     if (old or {}).get("phase") != new["phase"]:
         failed = conditions.find(new["conditions"], conditions.FAILED) or {}
         message = failed.get("message") or f"phase {new['phase']}"
-        await call(events.post, api, run, new["phase"], message, new["phase"] == status.FAILED)
+        await call(events.post, api, body, new["phase"], message, new["phase"] == status.FAILED)
 
 
 async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index, pods: Any = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import conditions as c
 
 Obj = dict[str, Any]
@@ -132,12 +133,12 @@ def summarize_workload(body: Obj) -> Admission:
     return Admission(name, False, reason, message, active)
 
 
-def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:
-    need = spec["sandboxes"].get("minReady", 1)
+def sandboxes_condition(spec: TrainingRunSpec, seen: Observed, gen: int) -> Obj:
+    need = spec.sandboxes.min_ready
     if seen.ready_sandboxes is None:
         return c.make(c.SANDBOXES_READY, True, "StaticUrls", "sandboxes given by URL", gen)
     if not seen.pool_found:
-        pool = spec["sandboxes"].get("poolRef")
+        pool = spec.sandboxes.pool_ref
         return c.make(
             c.SANDBOXES_READY, False, "PoolNotFound", f"SandboxPool {pool} not found", gen
         )
@@ -146,7 +147,7 @@ def sandboxes_condition(spec: Obj, seen: Observed, gen: int) -> Obj:
                   f"{seen.ready_sandboxes}/{need} sandboxes ready", gen)  # fmt: skip
 
 
-def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
+def compute_phase(spec: TrainingRunSpec, seen: Observed) -> tuple[str, str, str]:
     """(phase, reason, message): terminal Job states win, then suspend, then pods running."""
     job = seen.job
     if seen.invalid:
@@ -154,9 +155,9 @@ def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
     if job and job.failed_reason:
         return FAILED, job.failed_reason, job.failed_message or "trainer Job failed"
     if job and job.complete:
-        done = "its evaluation" if spec.get("steps") == 0 else "all steps"
+        done = "its evaluation" if spec.steps == 0 else "all steps"
         return SUCCEEDED, "Completed", f"trainer finished {done}"
-    if spec.get("suspend"):
+    if spec.suspend:
         return SUSPENDED, "Suspended", "suspended by spec.suspend"
     queued = seen.admission
     if job and job.suspend and queued and not queued.admitted:
@@ -174,17 +175,24 @@ def compute_phase(spec: Obj, seen: Observed) -> tuple[str, str, str]:
     return PENDING, "TrainerStarting", "trainer pods are starting"
 
 
-def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
-    spec, gen = run["spec"], run["metadata"].get("generation", 0)
-    old = run.get("status") or {}
-    phase, reason, message = compute_phase(spec, seen)
-    nodes = spec.get("trainer", {}).get("nodes", 1)
-    ready = seen.job.ready if seen.job else 0
-    pods_ready = "AllPodsReady" if ready >= nodes else "PodsNotReady"
-    conds = [
-        sandboxes_condition(spec, seen, gen),
-        c.make(c.TRAINER_READY, ready >= nodes, pods_ready,
-               f"{ready}/{nodes} trainer pods ready", gen),
+def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, now: str) -> Obj:
+    """`body`: the run as stored (generation, old status); `spec` None: it did not parse, and
+    seen.invalid says where (the run is Failed, with Progressing and Failed conditions only)."""
+    gen = body["metadata"].get("generation", 0)
+    old = body.get("status") or {}
+    conds: list[Obj] = []
+    if spec is None:
+        phase, reason, message = FAILED, "InvalidSpec", seen.invalid
+    else:
+        phase, reason, message = compute_phase(spec, seen)
+        nodes, ready = spec.trainer.nodes, seen.job.ready if seen.job else 0
+        pods_ready = "AllPodsReady" if ready >= nodes else "PodsNotReady"
+        conds += [
+            sandboxes_condition(spec, seen, gen),
+            c.make(c.TRAINER_READY, ready >= nodes, pods_ready,
+                   f"{ready}/{nodes} trainer pods ready", gen),
+        ]  # fmt: skip
+    conds += [
         c.make(c.PROGRESSING, phase in (PENDING, RUNNING), reason, message, gen),
         c.make(c.FAILED, phase == FAILED, reason if phase == FAILED else "NoFailure",
                message if phase == FAILED else "", gen),
@@ -194,7 +202,7 @@ def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
         conds.append(
             c.make(c.ADMITTED, a.admitted, a.reason, f"Workload {a.workload}: {a.message}", gen)
         )
-    demand = demand_condition(spec, phase, seen, gen)
+    demand = demand_condition(spec, phase, seen, gen) if spec else None
     if demand:
         conds.append(demand)
     status: Obj = {
@@ -213,15 +221,15 @@ def compute_run_status(run: Obj, seen: Observed, now: str) -> Obj:
     return status
 
 
-def demand_condition(spec: Obj, phase: str, seen: Observed, gen: int) -> Obj | None:
+def demand_condition(spec: TrainingRunSpec, phase: str, seen: Observed, gen: int) -> Obj | None:
     """DemandMet, as the pool says it, while this run asks for capacity and is active (a
     suspended or finished run asks nothing, and the condition goes)."""
-    if not spec["sandboxes"].get("capacity") or phase in (SUSPENDED, SUCCEEDED, FAILED):
+    if not spec.sandboxes.capacity or phase in (SUSPENDED, SUCCEEDED, FAILED):
         return None
     if seen.pool_demand is None:
         return None  # the pool has not counted any demand yet
     state, reason, message = seen.pool_demand
-    pool = spec["sandboxes"].get("poolRef")
+    pool = spec.sandboxes.pool_ref
     return c.make(c.DEMAND_MET, state == "True", reason, f"SandboxPool {pool}: {message}", gen)
 
 
