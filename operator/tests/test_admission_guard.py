@@ -24,6 +24,7 @@ from kubecua_operator.k8s import MERGE, Kube, adopt
 from kubecua_operator.sandboxpool import children as pool_children
 from kubecua_operator.sandboxpool.backends import external, kubevirt
 from kubecua_operator.sandboxpool.backends.pod import build_pod
+from kubecua_operator.sandboxpool.model import parse_pool
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun import children as run_children
 from kubecua_operator.trainingrun.job import build_job
@@ -213,10 +214,10 @@ def test_every_object_the_operator_builds_is_admitted(cluster, kube, guard, name
         pool_children.build_token_secret("desks", namespace, uid, "t" * 43),
         pool_children.build_network_policy("desks", namespace, [], OP_NS, [5000]),
         pool_children.build_sandbox_service("desks", namespace, "desks-0", selector=True),
-        build_pod(pool, 0, cfg),
-        *(build_pod(p, 2 + i, cfg) for i, p in enumerate(qemu_pools)),
-        *kubevirt.KubevirtBackend().build(vm_pool, 1, cfg),
-        external.build_slice(ext_pool, 0, ready=True),
+        build_pod(parse_pool(pool), 0, cfg),
+        *(build_pod(parse_pool(p), 2 + i, cfg) for i, p in enumerate(qemu_pools)),
+        *kubevirt.KubevirtBackend().build(parse_pool(vm_pool), 1, cfg),
+        external.build_slice(parse_pool(ext_pool), 0, ready=True),
     ]
     for obj in objs:
         assert refusal(create, op, adopt(obj, pool), namespace) == "", obj["kind"]
@@ -288,9 +289,9 @@ def test_operator_writes_nothing_in_kube_system(cluster, kube, guard, namespace)
     objs = [
         *static_children(parse(run), with_pod_monitor=False),  # ConfigMap, SA, Role, ...
         trainer_job(run),
-        external.build_slice(ext, 0, ready=True),
+        external.build_slice(parse_pool(ext), 0, ready=True),
         pool_children.build_token_secret("desks", "kube-system", "0123456789", "t" * 43),
-        build_pod(pool, 0, Settings()),
+        build_pod(parse_pool(pool), 0, Settings()),
     ]
     kinds = {o["kind"] for o in objs}
     assert kinds >= {"ConfigMap", "Service", "ServiceAccount", "Role", "RoleBinding", "Pod",
@@ -380,11 +381,12 @@ def test_operator_grants_and_exposes_only_what_a_run_needs(cluster, kube, guard,
     assert "select only a pool's or a run's pods" in refusal(create, op, everything, namespace)
     ext = pool_manifest("desks", namespace, 1, backend="external",
                         desktop={"external": {"endpoints": ["http://10.0.0.5:8000"]}})  # fmt: skip
-    hijack = external.build_slice(ext, 0, ready=True)
+    hijack = external.build_slice(parse_pool(ext), 0, ready=True)
     hijack["metadata"]["labels"]["kubernetes.io/service-name"] = "kubernetes"
     assert "EndpointSlices of its external sandboxes" in refusal(create, op, hijack, namespace)
     disk = {"kubevirt": {"dataVolume": "golden"}}
-    vm = kubevirt.build_vm(pool_manifest("vms", namespace, 1, backend="kubevirt", desktop=disk), 0)
+    vms = pool_manifest("vms", namespace, 1, backend="kubevirt", desktop=disk)
+    vm = kubevirt.build_vm(parse_pool(vms), 0)
     assert refusal(create, op, vm, namespace) == ""
     vm["spec"]["dataVolumeTemplates"][0]["spec"]["source"]["pvc"]["namespace"] = "team-b"
     assert "cloned within their namespace" in refusal(create, op, vm, namespace)

@@ -10,7 +10,7 @@ import pytest
 from kubecua_operator import names
 from kubecua_operator.sandboxpool import children
 from kubecua_operator.sandboxpool.backends import external, kubevirt, pod
-from kubecua_operator.sandboxpool.model import service_shape
+from kubecua_operator.sandboxpool.model import parse_pool, service_shape
 from kubecua_operator.settings import Settings
 
 POOL = {
@@ -27,7 +27,7 @@ POOL = {
 
 
 def test_sandbox_pod_is_labelled_probed_and_locked_down():
-    p = pod.build_pod(POOL, 3, Settings())
+    p = pod.build_pod(parse_pool(POOL), 3, Settings())
     assert p["metadata"]["name"] == "desks-3"
     labels = p["metadata"]["labels"]
     assert labels[names.POOL_LABEL] == "desks"
@@ -103,7 +103,7 @@ def test_token_secret_holds_the_given_token_under_a_name_bound_to_the_pool_uid()
 )
 def test_external_url_becomes_an_endpointslice_address(url, kind, address, port):
     pool = {**POOL, "spec": {**POOL["spec"], "desktop": {"external": {"endpoints": [url]}}}}
-    s = external.build_slice(pool, 0, ready=True)
+    s = external.build_slice(parse_pool(pool), 0, ready=True)
     assert s["addressType"] == kind
     assert s["endpoints"][0]["addresses"] == [address]
     assert s["ports"] == [{"name": "episodes", "port": port, "protocol": "TCP"}]
@@ -122,7 +122,7 @@ def test_kubevirt_sandbox_is_a_vm_with_desktop_probe_and_an_episode_pod():
         },
     }
     pool = {**POOL, "spec": spec}
-    vm, desktop_svc, episode = kubevirt.KubevirtBackend().build(pool, 0, Settings())
+    vm, desktop_svc, episode = kubevirt.KubevirtBackend().build(parse_pool(pool), 0, Settings())
     tmpl = vm["spec"]["template"]["spec"]
     assert vm["apiVersion"] == "kubevirt.io/v1"
     assert vm["spec"]["runStrategy"] == "Always"

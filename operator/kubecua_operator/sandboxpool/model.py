@@ -11,10 +11,38 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import controller_uid
 
 PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
+
+
+@dataclass(frozen=True, eq=False)
+class Pool:
+    """One pass's SandboxPool: the body as the watch (or a read) delivered it, for owner
+    references and status, and its spec parsed once. The API server has applied the CRD's
+    defaults and validation, so the backends read the typed spec and restate no default."""
+
+    body: dict[str, Any]
+    spec: SandboxPoolSpec
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.body["metadata"].get("uid", ""))
+
+
+def parse_pool(body: dict[str, Any]) -> Pool:
+    """Raises pydantic's ValidationError, naming the field, for a spec the model refuses."""
+    return Pool(body, SandboxPoolSpec.model_validate(body.get("spec") or {}))
 
 
 @dataclass(frozen=True)

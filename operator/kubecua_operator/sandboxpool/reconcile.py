@@ -29,10 +29,12 @@ from kubecua_operator.sandboxpool.model import (
     FAILED,
     READY,
     TERMINATING,
+    Pool,
     Probe,
     RunDemand,
     Sandbox,
     Summary,
+    parse_pool,
     service_shape,
     summarize_object,
     summarize_pod,
@@ -88,21 +90,18 @@ async def run_all(jobs: list[Any], limit: int) -> list[tuple[int, Any]]:
 
 
 async def ensure_shared(
-    api: Kube, body: Obj, backend: backends.Backend, memory: PoolMemory
+    api: Kube, pool: Pool, backend: backends.Backend, memory: PoolMemory
 ) -> None:
     """Token Secret and the backend's shared objects (NetworkPolicy), on every pass (level-based:
     a deleted or edited one is put back). The Secret is create-only (409 when it exists): the
     operator may not read Secrets, and the token is derived, so a recreated Secret holds the same
     token."""
-    meta = body["metadata"]
     if backend.uses_pods:
-        memory.token = tokens.pool_token(meta["namespace"], meta["name"], meta["uid"])
-        secret = children.build_token_secret(
-            meta["name"], meta["namespace"], meta["uid"], memory.token
-        )
-        await call(api.create, adopt(secret, body))
-    for obj in backend.shared_objects(body, operator_namespace(settings_mod.get())):
-        await call(api.apply, adopt(obj, body))
+        memory.token = tokens.pool_token(pool.namespace, pool.name, pool.uid)
+        secret = children.build_token_secret(pool.name, pool.namespace, pool.uid, memory.token)
+        await call(api.create, adopt(secret, pool.body))
+    for obj in backend.shared_objects(pool, operator_namespace(settings_mod.get())):
+        await call(api.apply, adopt(obj, pool.body))
 
 
 def operator_namespace(cfg: Any) -> str:
@@ -202,12 +201,12 @@ def service_jobs(
     return jobs
 
 
-def workload_jobs(api: Kube, body: Obj, backend: backends.Backend, step: plan.Plan) -> list:
-    cfg, ns = settings_mod.get(), body["metadata"]["namespace"]
+def workload_jobs(api: Kube, pool: Pool, backend: backends.Backend, step: plan.Plan) -> list:
+    cfg, ns = settings_mod.get(), pool.namespace
     jobs: list = []
     for index in step.create:
-        for obj in backend.build(body, index, cfg):
-            jobs.append((index, create_part, api, adopt(obj, body), body["metadata"]["uid"]))
+        for obj in backend.build(pool, index, cfg):
+            jobs.append((index, create_part, api, adopt(obj, pool.body), pool.uid))
     for sandbox, _reason in step.delete:
         for i, (kind, name) in enumerate(backend.parts(sandbox.name)):
             if i == 0:  # the sandbox's main object: its uid, and the pool remembers the delete
@@ -224,17 +223,17 @@ def delete_part(api: Kube, kind: str, namespace: str, name: str, uid: str) -> st
 
 
 def repair_jobs(
-    api: Kube, body: Obj, backend: backends.Backend, kids: list[Summary], memory: PoolMemory
+    api: Kube, pool: Pool, backend: backends.Backend, kids: list[Summary], memory: PoolMemory
 ) -> list:
     """The backend's fixes (backends.Repair): applied as built, or created or restored as
     children of the pool."""
-    uid, jobs = body["metadata"]["uid"], list[tuple]()
-    for how, obj in backend.repairs(body, kids, memory.probes, settings_mod.get()):
+    jobs = list[tuple]()
+    for how, obj in backend.repairs(pool, kids, memory.probes, settings_mod.get()):
         if how == "apply":
             jobs.append((-1, api.apply, obj))
         else:
             write = create_part if how == "create" else restore_part
-            jobs.append((-1, write, api, adopt(obj, body), uid))
+            jobs.append((-1, write, api, adopt(obj, pool.body), pool.uid))
     return jobs
 
 
@@ -366,27 +365,29 @@ async def reconcile_pool(
     api, cfg = kube(), settings_mod.get()
     if memory.gone:
         return  # deleted while the watch was down; a namesake gets a loop of its own
-    backend = backends.get(body["spec"].get("backend", "pod"))
-    await ensure_shared(api, body, backend, memory)
+    pool = parse_pool(body)
+    backend = backends.get(pool.spec.backend)
+    await ensure_shared(api, pool, backend, memory)
     current = await current_body(api, body, memory)
     if current is None:
-        log.warning("pool %s/%s is gone", body["metadata"]["namespace"], body["metadata"]["name"])
+        log.warning("pool %s/%s is gone", pool.namespace, pool.name)
         return
+    if current is not body:  # read after an outage, with a newer spec
+        pool = parse_pool(current)
     body = current
-    spec, meta = body["spec"], body["metadata"]
     kids = await observed_children(api, body, indexed, memory)
     missing = await not_installed(api, backend, memory)
     if missing:
         await write_status(api, body, status.compute_status(
-            body, [], plan.Plan(target=spec.get("replicas", 1)), missing
+            body, [], plan.Plan(target=pool.spec.replicas), missing
         ), memory)  # fmt: skip
         return
-    kids += await call(backend.extra_children, api, body)
+    kids += await call(backend.extra_children, api, pool)
     memory.deleted &= {k.uid for k in kids}  # forget deletes the view has seen through
-    sandboxes = mark_deleted(backend.observe(body, kids, memory.probes), memory.deleted)
+    sandboxes = mark_deleted(backend.observe(pool, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     active = [d for d in demands if d.active]
-    plan_spec, cap = backend.plan_options(body)
+    plan_spec, cap = backend.plan_options(pool)
     step = plan.make_plan(
         plan_spec,
         sandboxes,
@@ -404,15 +405,15 @@ async def reconcile_pool(
     # turns out to be taken (another owner's pod) never gets a Service selecting that pod.
     keep = live if backend.uses_pods else live | set(step.create)
     jobs = service_jobs(api, body, kids, keep, backend.uses_pods)
-    jobs += workload_jobs(api, body, backend, step)
-    jobs += repair_jobs(api, body, backend, kids, memory)
+    jobs += workload_jobs(api, pool, backend, step)
+    jobs += repair_jobs(api, pool, backend, kids, memory)
     results = await run_all(jobs, cfg.api_concurrency)
     created = outcome(results, step, memory)
     # What this pass deleted is no longer ready, whatever the view (taken before) said.
     sandboxes = mark_deleted(sandboxes, memory.deleted)
-    new_status = status.compute_status(body, sandboxes, step, memory.issue, created, active)
+    new_status = status.compute_status(body, sandboxes, step, memory.issue, created, active, cap)
     metrics.set_pool_sandboxes(
-        meta["namespace"], meta["name"], status.count_states(sandboxes, step.leased)
+        pool.namespace, pool.name, status.count_states(sandboxes, step.leased)
     )
     await write_status(api, body, new_status, memory)
     await announce(api, body, created, step)

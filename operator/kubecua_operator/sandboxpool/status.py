@@ -32,13 +32,15 @@ def compute_status(
     issue: tuple[str, str] | None = None,
     created: int = 0,
     demand: list[RunDemand] | None = None,
+    cap: int | None = None,
 ) -> dict[str, Any]:
     """`issue`: (reason, message) of a pool-level fault (the API refused its sandboxes, KubeVirt
     missing): Degraded=True with it, whatever the sandboxes say. `created`: sandboxes this pass
     created; they exist once the status is written, so `replicas` counts them (else a pass that
     replaces lost sandboxes would publish the count from before it replaced them). `demand`: the
     pool's active runs that ask for capacity; with any, status.demand and DemandMet say what they
-    asked and whether spec.maxReplicas covers it (else both are removed)."""
+    asked and whether spec.maxReplicas covers it (else both are removed). `cap`: the most
+    sandboxes the backend can have (an external pool's endpoints; Backend.plan_options)."""
     meta, spec = pool["metadata"], pool["spec"]
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]
@@ -57,7 +59,7 @@ def compute_status(
     summary = None
     if demand:
         summary = demand_summary(demand, want)
-        conds.append(demand_condition(spec, summary, gen))
+        conds.append(demand_condition(spec, summary, gen, cap))
     old = (pool.get("status") or {}).get("conditions") or []
     return {
         "replicas": len(live) + created,
@@ -79,9 +81,11 @@ def demand_summary(demand: list[RunDemand], replicas: int) -> dict[str, Any]:
     }
 
 
-def demand_condition(spec: dict[str, Any], summary: dict[str, Any], gen: int) -> dict[str, Any]:
+def demand_condition(
+    spec: dict[str, Any], summary: dict[str, Any], gen: int, cap: int | None = None
+) -> dict[str, Any]:
     """DemandMet: whether the pool keeps as many sandboxes as its active runs ask for. False when
-    spec.maxReplicas (or, for an external pool, its list of endpoints) is too small."""
+    spec.maxReplicas (or `cap`, an external pool's list of endpoints) is too small."""
     asked, kept = summary["sandboxes"], summary["replicas"]
     who = ", ".join(f"{r['name']} {r['sandboxes']}" for r in summary["runs"])
     if kept >= asked:
@@ -94,9 +98,8 @@ def demand_condition(spec: dict[str, Any], summary: dict[str, Any], gen: int) ->
         )
     limit = spec.get("maxReplicas")
     why = "it has no maxReplicas" if limit is None else f"maxReplicas is {limit}"
-    endpoints = ((spec.get("desktop") or {}).get("external") or {}).get("endpoints")
-    if spec.get("backend") == "external" and len(endpoints or []) < (limit or 0):
-        why = f"it has {len(endpoints or [])} endpoints"
+    if cap is not None and cap < (limit or 0):
+        why = f"it has {cap} endpoints"
     return c.make(c.DEMAND_MET, False, "MaxReplicasTooLow",
                   f"active runs ask for {asked} sandboxes ({who}) but the pool keeps {kept}: {why}",
                   gen)  # fmt: skip

@@ -1,40 +1,21 @@
-"""Sandbox backends, picked by `spec.backend` from BACKENDS. Each one knows how to build the
-objects of one sandbox and how to read a sandbox's state back from the indexed summaries."""
+"""Sandbox backends, by `spec.backend`: each module implements base.Backend (building, observing
+and repairing one kind of sandbox) and has its entry in KINDS."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
+from kubecua_operator.sandboxpool.backends.external import ExternalBackend
+from kubecua_operator.sandboxpool.backends.kubevirt import KubevirtBackend
+from kubecua_operator.sandboxpool.backends.pod import PodBackend
 
-from kubecua_operator.sandboxpool.model import Probe, Sandbox, Summary
-from kubecua_operator.settings import Settings
-
-Obj = dict[str, Any]
-
-
-class Backend(Protocol):
-    uses_pods: bool  # NetworkPolicy applies; sandbox Services select pods
-
-    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
-        """The workload objects of sandbox `index` (its Service is built separately)."""
-        ...
-
-    def parts(self, sandbox: str) -> list[tuple[str, str]]:
-        """(kind, name) of every workload object of a sandbox, for deletion."""
-        ...
-
-    def observe(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
-    ) -> list[Sandbox]:
-        """Sandboxes with their state, from the pool's indexed children."""
-        ...
+__all__ = ["KINDS", "Backend", "Obj", "Repair", "get"]
+KINDS: dict[str, Backend] = {
+    "pod": PodBackend(),
+    "kubevirt": KubevirtBackend(),
+    "external": ExternalBackend(),
+}
 
 
-def get(backend: str) -> Backend:
-    from kubecua_operator.sandboxpool.backends import external, kubevirt, pod
-
-    backends: dict[str, Backend] = {
-        "pod": pod.PodBackend(),
-        "kubevirt": kubevirt.KubevirtBackend(),
-        "external": external.ExternalBackend(),
-    }
-    return backends[backend]
+def get(kind: str) -> Backend:
+    """The backend of `spec.backend` (the CRD admits only KINDS' keys)."""
+    return KINDS[kind]

@@ -13,18 +13,27 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
+from kubecua_api.constants import URL_ANNOTATION
 from kubecua_operator import names
-from kubecua_operator.sandboxpool.backends import Obj
-from kubecua_operator.sandboxpool.model import PENDING, READY, TERMINATING, Probe, Sandbox, Summary
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
+from kubecua_operator.sandboxpool.model import (
+    PENDING,
+    READY,
+    TERMINATING,
+    Pool,
+    Probe,
+    Sandbox,
+    Summary,
+)
 from kubecua_operator.settings import Settings
 
 SLICE_MANAGER = "kubecua.dev-operator"
-URL_ANNOTATION = f"{names.GROUP}/url"
 LOOPBACK_PLACEHOLDER = "localhost.invalid"  # RFC 6761: never resolves; read kubecua.dev/url
 
 
-def endpoint_urls(pool: Obj) -> list[str]:
-    return list(((pool["spec"].get("desktop") or {}).get("external") or {}).get("endpoints", []))
+def endpoint_urls(pool: Pool) -> list[str]:
+    external = pool.spec.desktop.external
+    return list(external.endpoints) if external else []
 
 
 def slice_address(url: str) -> tuple[str, str, int]:
@@ -48,9 +57,8 @@ def slice_address(url: str) -> tuple[str, str, int]:
     return ("IPv4" if ip.version == 4 else "IPv6"), host, port
 
 
-def build_slice(pool: Obj, index: int, ready: bool) -> Obj:
-    meta = pool["metadata"]
-    name = names.sandbox_name(meta["name"], index)
+def build_slice(pool: Pool, index: int, ready: bool) -> Obj:
+    name = names.sandbox_name(pool.name, index)
     url = endpoint_urls(pool)[index]
     kind, address, port = slice_address(url)
     return {
@@ -58,9 +66,9 @@ def build_slice(pool: Obj, index: int, ready: bool) -> Obj:
         "kind": "EndpointSlice",
         "metadata": {
             "name": name,
-            "namespace": meta["namespace"],
+            "namespace": pool.namespace,
             "labels": {
-                **names.sandbox_labels(meta["name"], name),
+                **names.sandbox_labels(pool.name, name),
                 "kubernetes.io/service-name": name,
                 "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
             },
@@ -72,21 +80,21 @@ def build_slice(pool: Obj, index: int, ready: bool) -> Obj:
     }
 
 
-class ExternalBackend:
-    uses_pods = False
+class ExternalBackend(Backend):
+    uses_pods = False  # no pods to mount a token or to select with a policy
 
-    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
+    def build(self, pool: Pool, index: int, settings: Settings) -> list[Obj]:
         return [build_slice(pool, index, ready=False)]
 
     def parts(self, sandbox: str) -> list[tuple[str, str]]:
         return [("EndpointSlice", sandbox)]
 
     def observe(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+        self, pool: Pool, children: list[Summary], probes: dict[str, Probe]
     ) -> list[Sandbox]:
         urls, out = endpoint_urls(pool), []
         for obj in children:
-            index = names.sandbox_index(pool["metadata"]["name"], obj.name)
+            index = names.sandbox_index(pool.name, obj.name)
             if obj.kind != "EndpointSlice" or index is None:
                 continue
             probe = probes.get(obj.name)
@@ -97,17 +105,27 @@ class ExternalBackend:
             out.append(Sandbox(obj.name, index, state, obj.uid, url, reason=str(probe)))
         return out
 
-    def slice_updates(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
-    ) -> list[Obj]:
-        """Slices whose ready condition disagrees with the last probe, rebuilt to be patched."""
-        urls, out = endpoint_urls(pool), []
+    def token_secret(self, pool: str, uid: str) -> str:
+        """`<pool>-sandbox-token`, made by the pool's owner beforehand: the operator makes
+        nothing for sandboxes it does not run."""
+        return names.token_secret(pool)
+
+    def plan_options(self, pool: Pool) -> tuple[Obj, int | None]:
+        """No reset strategy (the operator cannot recreate a machine it did not make), and no
+        more sandboxes than endpoints."""
+        return {**pool.body["spec"], "reset": {}}, len(endpoint_urls(pool))
+
+    def repairs(
+        self, pool: Pool, children: list[Summary], probes: dict[str, Probe], settings: Settings
+    ) -> list[Repair]:
+        """Slices whose ready condition disagrees with the last probe, rebuilt to be applied."""
+        urls, out = endpoint_urls(pool), list[Repair]()
         for obj in children:
-            index = names.sandbox_index(pool["metadata"]["name"], obj.name)
+            index = names.sandbox_index(pool.name, obj.name)
             if obj.kind != "EndpointSlice" or index is None or index >= len(urls) or obj.deleting:
                 continue
             probe = probes.get(obj.name)
             ready = bool(probe and probe.ready)
             if ready != obj.ready:
-                out.append(build_slice(pool, index, ready))
+                out.append(("apply", build_slice(pool, index, ready)))
         return out

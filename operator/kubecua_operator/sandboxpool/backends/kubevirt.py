@@ -13,9 +13,10 @@ carries role=vm), so the sandbox's main Service keeps one backend: the episode-s
 
 from __future__ import annotations
 
+from kubecua_api.sandboxpool import KubevirtDesktop
 from kubecua_operator import names
 from kubecua_operator.k8s import Kube
-from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair, dump
 from kubecua_operator.sandboxpool.backends.pod import (
     observe_pods,
     security_context,
@@ -26,6 +27,7 @@ from kubecua_operator.sandboxpool.model import (
     FAILED,
     PENDING,
     TERMINATING,
+    Pool,
     Probe,
     Sandbox,
     Summary,
@@ -42,11 +44,16 @@ FAILED_VM_STATES = {"CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "Dat
 UNSCHEDULABLE_VM_STATES = {"ErrorUnschedulable"}
 
 
-def build_vm(pool: Obj, index: int) -> Obj:
-    meta, spec = pool["metadata"], pool["spec"]
-    kv = spec["desktop"]["kubevirt"]
-    name = names.sandbox_name(meta["name"], index)
-    labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "vm"}
+def settings_of(pool: Pool) -> KubevirtDesktop:
+    kv = pool.spec.desktop.kubevirt
+    assert kv is not None  # the CRD requires spec.desktop.kubevirt of a kubevirt pool
+    return kv
+
+
+def build_vm(pool: Pool, index: int) -> Obj:
+    kv = settings_of(pool)
+    name = names.sandbox_name(pool.name, index)
+    labels = {**names.sandbox_labels(pool.name, name), names.ROLE_LABEL: "vm"}
     # KubeVirt copies the template's labels onto its launcher pod, which KubeVirt makes and
     # shapes: without the managed-by label the chart's guard on the operator's pods skips it.
     launcher = {k: v for k, v in labels.items() if k not in names.MANAGED_BY}
@@ -56,9 +63,9 @@ def build_vm(pool: Obj, index: int) -> Obj:
             "metadata": {"labels": launcher},
             "spec": {
                 "domain": {
-                    "cpu": {"cores": kv.get("cpu", 4)},
-                    "memory": {"guest": kv.get("memory", "8Gi")},
-                    "resources": {"requests": {"memory": kv.get("memory", "8Gi")}},
+                    "cpu": {"cores": kv.cpu},
+                    "memory": {"guest": kv.memory},
+                    "resources": {"requests": {"memory": kv.memory}},
                     "devices": {
                         # boot first: /dev/vda, the root our disk's kernel arguments name.
                         "disks": [
@@ -71,7 +78,7 @@ def build_vm(pool: Obj, index: int) -> Obj:
                 "networks": [{"name": "default", "pod": {}}],
                 "volumes": [_boot_volume(kv, name), _config_drive(pool)],
                 "readinessProbe": {
-                    "httpGet": {"path": "/platform", "port": kv.get("desktopPort", 5000)},
+                    "httpGet": {"path": "/platform", "port": kv.desktop_port},
                     "initialDelaySeconds": 20,
                     "periodSeconds": 5,
                     "failureThreshold": 3,
@@ -79,14 +86,14 @@ def build_vm(pool: Obj, index: int) -> Obj:
             },
         },
     }
-    if kv.get("kernelBoot"):
+    if kv.kernel_boot:
         vm_spec["template"]["spec"]["domain"]["firmware"] = {"kernelBoot": _kernel_boot(kv)}
-    if kv.get("dataVolume"):
+    if kv.data_volume:
         vm_spec["dataVolumeTemplates"] = [
             {
                 "metadata": {"name": f"{name}-disk"},
                 "spec": {
-                    "source": {"pvc": {"name": kv["dataVolume"], "namespace": meta["namespace"]}},
+                    "source": {"pvc": {"name": kv.data_volume, "namespace": pool.namespace}},
                     "storage": {},
                 },
             }
@@ -94,26 +101,26 @@ def build_vm(pool: Obj, index: int) -> Obj:
     return {
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+        "metadata": {"name": name, "namespace": pool.namespace, "labels": labels},
         "spec": vm_spec,
     }
 
 
-def _boot_volume(kv: Obj, name: str) -> Obj:
-    if kv.get("containerDisk"):
-        disk: Obj = {"image": kv["containerDisk"]}
-        if kv.get("kernelBoot"):  # ours (make vm-containerdisk): the disk beside /boot
+def _boot_volume(kv: KubevirtDesktop, name: str) -> Obj:
+    if kv.container_disk:
+        disk: Obj = {"image": kv.container_disk}
+        if kv.kernel_boot:  # ours (make vm-containerdisk): the disk beside /boot
             disk["path"] = CONTAINER_DISK_PATH
         return {"name": "boot", "containerDisk": disk}
     return {"name": "boot", "dataVolume": {"name": f"{name}-disk"}}
 
 
-def _kernel_boot(kv: Obj) -> Obj:
+def _kernel_boot(kv: KubevirtDesktop) -> Obj:
     """Direct kernel boot from the containerDisk image's own /boot files (our disk has no
     bootloader), with the same kernel arguments as kubecua_episode.vm's runner."""
     return {
         "container": {
-            "image": kv["containerDisk"],
+            "image": kv.container_disk,
             "kernelPath": "/boot/vmlinuz",
             "initrdPath": "/boot/initrd.img",
         },
@@ -121,18 +128,17 @@ def _kernel_boot(kv: Obj) -> Obj:
     }
 
 
-def _config_drive(pool: Obj) -> Obj:
+def _config_drive(pool: Pool) -> Obj:
     """The pool's token Secret as the guest's NoCloud config drive (an iso9660 disk labelled
     cidata whose user-data is the Secret's `userdata`): the VM disk's init reads the token
     there. OSWorld's stock image has no reader for it, and its desktop server no token."""
-    secret = names.own_token_secret(pool["metadata"]["name"], pool["metadata"].get("uid", ""))
+    secret = names.own_token_secret(pool.name, pool.uid)
     return {"name": "cidata", "cloudInitNoCloud": {"userDataSecretRef": {"name": secret}}}
 
 
-def build_desktop_service(pool: Obj, index: int) -> Obj:
-    meta = pool["metadata"]
-    name = names.sandbox_name(meta["name"], index)
-    port = pool["spec"]["desktop"]["kubevirt"].get("desktopPort", 5000)
+def build_desktop_service(pool: Pool, index: int) -> Obj:
+    name = names.sandbox_name(pool.name, index)
+    port = settings_of(pool).desktop_port
     ports = [
         {"name": "desktop", "port": 5000, "targetPort": port},
         {"name": "cdp", "port": 9222, "targetPort": 9222},
@@ -143,28 +149,27 @@ def build_desktop_service(pool: Obj, index: int) -> Obj:
         "kind": "Service",
         "metadata": {
             "name": f"{name}-desktop",
-            "namespace": meta["namespace"],
-            "labels": {**names.pool_labels(meta["name"]), names.ROLE_LABEL: "vm"},
+            "namespace": pool.namespace,
+            "labels": {**names.pool_labels(pool.name), names.ROLE_LABEL: "vm"},
         },
         "spec": {"selector": {names.SANDBOX_LABEL: name, names.ROLE_LABEL: "vm"}, "ports": ports},
     }
 
 
-def build_episode_pod(pool: Obj, index: int, settings: Settings) -> Obj:
-    meta, spec = pool["metadata"], pool["spec"]
-    name = names.sandbox_name(meta["name"], index)
-    desktop = f"http://{name}-desktop.{meta['namespace']}.svc"
+def build_episode_pod(pool: Pool, index: int, settings: Settings) -> Obj:
+    name = names.sandbox_name(pool.name, index)
+    desktop = f"http://{name}-desktop.{pool.namespace}.svc"
     volume, mount = token_volume(pool)
     env = [
         {"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"},
         {"name": "KUBECUA_DESKTOP_URL", "value": f"{desktop}:5000"},
         {"name": "KUBECUA_CDP_URL", "value": f"{desktop}:9222"},
         {"name": "KUBECUA_VLC_URL", "value": f"{desktop}:8080"},
-        {"name": "KUBECUA_DESKTOP_OS", "value": spec["desktop"].get("os", "Ubuntu")},
+        {"name": "KUBECUA_DESKTOP_OS", "value": pool.spec.desktop.os},
     ]
     container = {
         "name": "episode-server",
-        "image": spec["desktop"]["kubevirt"].get("episodeServerImage") or settings.sandbox_image,
+        "image": settings_of(pool).episode_server_image or settings.sandbox_image,
         "args": ["episode-server"],
         "ports": [{"name": "episodes", "containerPort": 8000}],
         "env": env,
@@ -176,11 +181,11 @@ def build_episode_pod(pool: Obj, index: int, settings: Settings) -> Obj:
         "securityContext": security_context(),
         "volumeMounts": [mount],
     }
-    labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "episode-server"}
+    labels = {**names.sandbox_labels(pool.name, name), names.ROLE_LABEL: "episode-server"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+        "metadata": {"name": name, "namespace": pool.namespace, "labels": labels},
         "spec": {
             "restartPolicy": "Always",  # the VM holds the state; the episode server is stateless
             "automountServiceAccountToken": False,
@@ -205,7 +210,7 @@ def combine(pod_box: Sandbox | None, vm: Summary) -> Sandbox:
 
 
 class KubevirtBackend(Backend):
-    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
+    def build(self, pool: Pool, index: int, settings: Settings) -> list[Obj]:
         return [
             build_vm(pool, index),
             build_desktop_service(pool, index),
@@ -216,12 +221,12 @@ class KubevirtBackend(Backend):
         return [("VirtualMachine", sandbox), ("Pod", sandbox), ("Service", f"{sandbox}-desktop")]
 
     def observe(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+        self, pool: Pool, children: list[Summary], probes: dict[str, Probe]
     ) -> list[Sandbox]:
         pods = {s.name: s for s in observe_pods(pool, children, "episode-server")}
         out = []
         for vm in children:
-            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
+            index = names.sandbox_index(pool.name, vm.name)
             if vm.kind != "VirtualMachine" or index is None:
                 continue
             box = combine(pods.get(vm.name), vm)
@@ -230,16 +235,12 @@ class KubevirtBackend(Backend):
             )
         return out
 
-    def shared_objects(self, pool: Obj, operator_namespace: str) -> list[Obj]:
+    def shared_objects(self, pool: Pool, operator_namespace: str) -> list[Obj]:
         """The NetworkPolicy, which also lets each episode server reach its VM."""
-        meta, spec = pool["metadata"], pool["spec"]
-        kv = spec["desktop"]["kubevirt"]
-        vm_ports = [kv.get("desktopPort", 5000), names.PORTS["cdp"], names.PORTS["vlc"]]
-        egress = spec.get("egress") or []
+        vm_ports = [settings_of(pool).desktop_port, names.PORTS["cdp"], names.PORTS["vlc"]]
+        egress = [dump(rule) for rule in pool.spec.egress or []]
         return [
-            build_network_policy(
-                meta["name"], meta["namespace"], egress, operator_namespace, vm_ports
-            )
+            build_network_policy(pool.name, pool.namespace, egress, operator_namespace, vm_ports)
         ]
 
     def not_installed(self, api: Kube) -> tuple[str, str] | None:
@@ -248,51 +249,34 @@ class KubevirtBackend(Backend):
         message = "KubeVirt is not installed: the API serves no kubevirt.io/v1 virtualmachines"
         return "KubeVirtNotInstalled", message
 
-    def extra_children(self, api: Kube, pool: Obj) -> list[Summary]:
+    def extra_children(self, api: Kube, pool: Pool) -> list[Summary]:
         """VMs and their desktop Services: listed, not watched, since KubeVirt may be absent."""
-        meta = pool["metadata"]
-        selector = f"{names.POOL_LABEL}={meta['name']}"
-        vms = api.list("VirtualMachine", meta["namespace"], selector)
-        desktops = api.list("Service", meta["namespace"], f"{selector},{names.ROLE_LABEL}=vm")
+        selector = f"{names.POOL_LABEL}={pool.name}"
+        vms = api.list("VirtualMachine", pool.namespace, selector)
+        desktops = api.list("Service", pool.namespace, f"{selector},{names.ROLE_LABEL}=vm")
         found = [summarize_object("VirtualMachine", vm) for vm in vms]
         found += [summarize_object("Service", d) for d in desktops]
-        return [x for x in found if x.owner == meta["uid"]]
+        return [x for x in found if x.owner == pool.uid]
 
     def repairs(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe], settings: Settings
+        self, pool: Pool, children: list[Summary], probes: dict[str, Probe], settings: Settings
     ) -> list[Repair]:
-        """A VM's lost episode-server pod or desktop Service, and an edited desktop Service."""
-        missing = self.missing_parts(pool, children, settings)
-        edited = self.edited_parts(pool, children)
-        return [("create", obj) for obj in missing] + [("restore", obj) for obj in edited]
-
-    def missing_parts(self, pool: Obj, children: list[Summary], settings: Settings) -> list[Obj]:
-        """Episode-server pods and desktop Services of live VMs that lost theirs (deleted, or a
-        create that raced); `children` must include the pool's `<sandbox>-desktop` Services."""
+        """Live VMs' episode-server pods and desktop Services that are gone (deleted, or a create
+        that raced) are created again; a desktop Service whose selector, ports or labels someone
+        edited is restored. `children` must include the desktop Services (extra_children)."""
         pods = {c.name for c in children if c.kind == "Pod" and c.role == "episode-server"}
-        services = {c.name for c in children if c.kind == "Service"}
-        out = []
+        services = {c.name: c for c in children if c.kind == "Service"}
+        out: list[Repair] = []
         for vm in children:
-            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
+            index = names.sandbox_index(pool.name, vm.name)
             if vm.kind != "VirtualMachine" or index is None or vm.deleting:
                 continue
             if vm.name not in pods:
-                out.append(build_episode_pod(pool, index, settings))
-            if f"{vm.name}-desktop" not in services:
-                out.append(build_desktop_service(pool, index))
-        return out
-
-    def edited_parts(self, pool: Obj, children: list[Summary]) -> list[Obj]:
-        """Desktop Services of live VMs whose selector, ports or labels someone edited, rebuilt
-        to be restored; `children` must include the pool's `<sandbox>-desktop` Services."""
-        shapes = {c.name: c.shape for c in children if c.kind == "Service" and not c.deleting}
-        out = []
-        for vm in children:
-            index = names.sandbox_index(pool["metadata"]["name"], vm.name)
-            if vm.kind != "VirtualMachine" or index is None or vm.deleting:
-                continue
+                out.append(("create", build_episode_pod(pool, index, settings)))
             want = build_desktop_service(pool, index)
-            shape = shapes.get(want["metadata"]["name"])
-            if shape is not None and shape != service_shape(want):
-                out.append(want)
+            found = services.get(want["metadata"]["name"])
+            if found is None:
+                out.append(("create", want))
+            elif not found.deleting and found.shape != service_shape(want):
+                out.append(("restore", want))
         return out

@@ -11,16 +11,16 @@ Failed pod that the pool replaces with a fresh one (with backoff) rather than a 
 
 from __future__ import annotations
 
-import copy
-
+from kubecua_api.sandboxpool import PodDesktop
 from kubecua_operator import names
-from kubecua_operator.sandboxpool.backends.base import Backend, Obj
+from kubecua_operator.sandboxpool.backends.base import Backend, Obj, dump
 from kubecua_operator.sandboxpool.children import build_network_policy
 from kubecua_operator.sandboxpool.model import (
     FAILED,
     PENDING,
     READY,
     TERMINATING,
+    Pool,
     Probe,
     Sandbox,
     Summary,
@@ -56,29 +56,26 @@ def security_context() -> Obj:
     }
 
 
-def token_volume(pool: Obj) -> tuple[Obj, Obj]:
+def token_volume(pool: Pool) -> tuple[Obj, Obj]:
     """The pool's operator-made token Secret (never a namesake: see names.own_token_secret)."""
-    secret = names.own_token_secret(pool["metadata"]["name"], pool["metadata"].get("uid", ""))
+    secret = names.own_token_secret(pool.name, pool.uid)
     volume = {"name": "sandbox-token", "secret": {"secretName": secret}}
     mount = {"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True}
     return volume, mount
 
 
-def build_container(pool: Obj, settings: Settings) -> Obj:
-    spec = pool["spec"]
-    desktop = spec.get("desktop") or {}
-    pod_cfg, screen = desktop.get("pod") or {}, desktop.get("screen") or {}
-    verify = str((spec.get("reset") or {}).get("verify", True)).lower()
+def build_container(pool: Pool, settings: Settings) -> Obj:
+    pod_cfg, screen = pool.spec.desktop.pod or PodDesktop(), pool.spec.desktop.screen
     env = [
         {"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"},
-        {"name": "KUBECUA_SCREEN_WIDTH", "value": str(screen.get("width", 1920))},
-        {"name": "KUBECUA_SCREEN_HEIGHT", "value": str(screen.get("height", 1080))},
-        {"name": "KUBECUA_RESET_VERIFY", "value": verify},
+        {"name": "KUBECUA_SCREEN_WIDTH", "value": str(screen.width)},
+        {"name": "KUBECUA_SCREEN_HEIGHT", "value": str(screen.height)},
+        {"name": "KUBECUA_RESET_VERIFY", "value": str(pool.spec.reset.verify).lower()},
     ]
     episodes = names.PORTS["episodes"]
     return {
         "name": "sandbox",
-        "image": pod_cfg.get("image") or settings.sandbox_image,
+        "image": pod_cfg.image or settings.sandbox_image,
         "ports": [{"name": n, "containerPort": p} for n, p in names.PORTS.items()],
         "env": env,
         # Timeouts above the 1 s default: a desktop busy with an episode answers late, and a
@@ -105,7 +102,7 @@ def build_container(pool: Obj, settings: Settings) -> Obj:
         "securityContext": security_context(),
         "volumeMounts": [token_volume(pool)[1],
                          {"name": "shm", "mountPath": "/dev/shm"}],
-        "resources": pod_cfg.get("resources") or {},
+        "resources": dump(pod_cfg.resources),
     }  # fmt: skip
 
 
@@ -121,28 +118,28 @@ def memory_mb(quantity: str) -> int:
     return int(quantity[:-2]) * (1024 if quantity.endswith("Gi") else 1)
 
 
-def build_vm_containers(pool: Obj, name: str, settings: Settings) -> list[Obj]:
+def build_vm_containers(pool: Pool, name: str, settings: Settings) -> list[Obj]:
     """The runner, which boots the base disk on an overlay in the pod's emptyDir and restores
     its snapshot on request, and the episode server pointed at it (restores instead of cleans).
     Only the episode server's port leaves the pod: the runner binds the guest's ports to
     127.0.0.1, so the desktop is reached through the episode server alone."""
-    desktop = pool["spec"].get("desktop") or {}
-    vm, pod_cfg, screen = desktop["vm"], desktop.get("pod") or {}, desktop.get("screen") or {}
-    width, height = screen.get("width", 1920), screen.get("height", 1080)
+    desktop = pool.spec.desktop
+    vm, pod_cfg, screen = desktop.vm, desktop.pod or PodDesktop(), desktop.screen
+    assert vm is not None  # build_pod's caller: a pool with spec.desktop.vm
     token = f"{names.TOKEN_MOUNT}/{names.TOKEN_KEY}"
-    disk = ["--disk", f"{VM_BASE}/{vm['disk']}"] if vm.get("disk") else ["--disk-dir", VM_BASE]
-    resources = copy.deepcopy(pod_cfg.get("resources") or {})
-    if vm.get("kvm"):
+    disk = ["--disk", f"{VM_BASE}/{vm.disk}"] if vm.disk else ["--disk-dir", VM_BASE]
+    resources = dump(pod_cfg.resources)
+    if vm.kvm:
         resources.setdefault("limits", {})[KVM_RESOURCE] = "1"
         resources.setdefault("requests", {})[KVM_RESOURCE] = "1"
     runner = {
         "name": "vm",
-        "image": pod_cfg["image"],
+        "image": pod_cfg.image,
         "command": [PYTHON, "-m", "kubecua_episode.vm", *disk,
                     "--workdir", f"{VM_WORK}/{name}", "--port", str(names.PORTS["desktop"]),
                     "--control-port", str(VM_CONTROL_PORT), "--token-file", token,
-                    "--memory-mb", str(memory_mb(vm.get("memory", "2Gi"))),
-                    "--cpus", str(vm.get("cpu", 2)), "--screen", f"{width}x{height}",
+                    "--memory-mb", str(memory_mb(vm.memory)),
+                    "--cpus", str(vm.cpu), "--screen", f"{screen.width}x{screen.height}",
                     "--cdp-port", str(names.PORTS["cdp"]), "--vlc-port", str(names.PORTS["vlc"])],
         # kvm when the pod has /dev/kvm (the device resource) and the host runs stock kernels,
         # else qemu's emulator (kubecua_episode.vm.runner.default_accel).
@@ -155,7 +152,7 @@ def build_vm_containers(pool: Obj, name: str, settings: Settings) -> list[Obj]:
     }  # fmt: skip
     server = build_container(pool, settings)
     local = "http://127.0.0.1"
-    server["image"], server["args"] = pod_cfg["image"], ["episode-server"]
+    server["image"], server["args"] = pod_cfg.image, ["episode-server"]
     server["env"] += [
         {"name": "KUBECUA_DESKTOP_URL", "value": f"{local}:{names.PORTS['desktop']}"},
         {"name": "KUBECUA_CDP_URL", "value": f"{local}:{names.PORTS['cdp']}"},
@@ -170,19 +167,17 @@ def build_vm_containers(pool: Obj, name: str, settings: Settings) -> list[Obj]:
     return [runner, server]
 
 
-def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
-    meta = pool["metadata"]
-    desktop = pool["spec"].get("desktop") or {}
-    pod_cfg, vm = desktop.get("pod") or {}, desktop.get("vm")
-    name = names.sandbox_name(meta["name"], index)
-    labels = {**names.sandbox_labels(meta["name"], name), names.ROLE_LABEL: "episode-server"}
+def build_pod(pool: Pool, index: int, settings: Settings) -> Obj:
+    pod_cfg, vm = pool.spec.desktop.pod or PodDesktop(), pool.spec.desktop.vm
+    name = names.sandbox_name(pool.name, index)
+    labels = {**names.sandbox_labels(pool.name, name), names.ROLE_LABEL: "episode-server"}
     shm = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
     if vm:
         containers = build_vm_containers(pool, name, settings)
         volumes = [
             token_volume(pool)[0],
             {"name": "vm-base",
-             "persistentVolumeClaim": {"claimName": vm["volume"], "readOnly": True}},
+             "persistentVolumeClaim": {"claimName": vm.volume, "readOnly": True}},
             # The overlay and its snapshot (the guest's memory and written blocks): local disk.
             {"name": "vm", "emptyDir": {}},
         ]  # fmt: skip
@@ -191,7 +186,7 @@ def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels},
+        "metadata": {"name": name, "namespace": pool.namespace, "labels": labels},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
@@ -199,17 +194,17 @@ def build_pod(pool: Obj, index: int, settings: Settings) -> Obj:
             "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
             "containers": containers,
             "volumes": volumes,
-            "nodeSelector": pod_cfg.get("nodeSelector") or {},
-            "tolerations": pod_cfg.get("tolerations") or [],
+            "nodeSelector": pod_cfg.node_selector or {},
+            "tolerations": pod_cfg.tolerations or [],
             "terminationGracePeriodSeconds": 10,
         },
     }
 
 
-def observe_pods(pool: Obj, children: list[Summary], role: str) -> list[Sandbox]:
+def observe_pods(pool: Pool, children: list[Summary], role: str) -> list[Sandbox]:
     out = []
     for pod in children:
-        index = names.sandbox_index(pool["metadata"]["name"], pod.name)
+        index = names.sandbox_index(pool.name, pod.name)
         if pod.kind != "Pod" or pod.role != role or index is None:
             continue
         state = sandbox_state(pod)
@@ -228,19 +223,17 @@ def observe_pods(pool: Obj, children: list[Summary], role: str) -> list[Sandbox]
 
 
 class PodBackend(Backend):
-    def build(self, pool: Obj, index: int, settings: Settings) -> list[Obj]:
+    def build(self, pool: Pool, index: int, settings: Settings) -> list[Obj]:
         return [build_pod(pool, index, settings)]
 
     def parts(self, sandbox: str) -> list[tuple[str, str]]:
         return [("Pod", sandbox)]
 
     def observe(
-        self, pool: Obj, children: list[Summary], probes: dict[str, Probe]
+        self, pool: Pool, children: list[Summary], probes: dict[str, Probe]
     ) -> list[Sandbox]:
         return observe_pods(pool, children, "episode-server")
 
-    def shared_objects(self, pool: Obj, operator_namespace: str) -> list[Obj]:
-        meta, egress = pool["metadata"], pool["spec"].get("egress") or []
-        return [
-            build_network_policy(meta["name"], meta["namespace"], egress, operator_namespace, [])
-        ]
+    def shared_objects(self, pool: Pool, operator_namespace: str) -> list[Obj]:
+        egress = [dump(rule) for rule in pool.spec.egress or []]
+        return [build_network_policy(pool.name, pool.namespace, egress, operator_namespace, [])]
