@@ -36,15 +36,18 @@ ensure_base() {
   log "base image $base ready"
 }
 
-# What the build reads, as one hash. Pruned like Dockerfile.dockerignore (venvs, caches), which
-# podman leaves out of the context too; file modes count (entrypoints are executables).
+# What the build reads, as one hash. Pruned like Dockerfile.dockerignore (venvs, caches, and
+# hypothesis's example database, which the fuzz tests write beside their sources: counted, it made
+# make test rebuild the sandbox image and the VM disk in the middle of the run), which podman
+# leaves out of the context too; file modes count (entrypoints are executables).
 inputs_hash() {
   local dockerfile=$1 srcs files
   srcs=$(awk '$1 == "COPY" && !/--from/ { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' \
     "$repo/$dockerfile")
   # shellcheck disable=SC2086  # srcs: one path per word (none has spaces)
   files=$(cd "$repo" && find "$dockerfile" $srcs \( -name .venv -o -name __pycache__ \
-    -o -name .mypy_cache -o -name .ruff_cache -o -name .pytest_cache \) -prune -o -type f -print \
+    -o -name .mypy_cache -o -name .ruff_cache -o -name .pytest_cache -o -name .hypothesis \) \
+    -prune -o -type f -print \
     | LC_ALL=C sort)
   {
     "${PODMAN[@]}" image inspect --format '{{.Id}}' "$base"

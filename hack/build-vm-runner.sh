@@ -18,7 +18,8 @@ log() { printf '[build-vm-runner] %s\n' "$*" >&2; }
 hash=$({
   "${PODMAN[@]}" image inspect --format '{{.Id}}' "$sandbox"
   cd "$repo" && find sandbox-image/vm/runner.Dockerfile sandbox-image/episode-server \( \
-    -name .venv -o -name __pycache__ -o -name '.*_cache' -o -name tests \) -prune -o -type f \
+    -name .venv -o -name __pycache__ -o -name '.*_cache' -o -name .hypothesis -o -name tests \) \
+    -prune -o -type f \
     -print | LC_ALL=C sort | xargs -d '\n' sha256sum
 } | sha256sum | cut -c1-16)
 if [[ ${KUBECUA_REBUILD:-0} != 1 && $("${PODMAN[@]}" image inspect --format \
