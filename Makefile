@@ -10,7 +10,9 @@ export KUBECUA_CACHE ?= $(HOME)/.cache/kubecua
 export UV_CACHE_DIR ?= $(KUBECUA_CACHE)/uv
 export UV_PYTHON ?= 3.11
 export UV_PYTHON_DOWNLOADS := never
-export UV_LINK_MODE := copy
+# Hard links into the uv cache (uv falls back to copying across file systems): a clone's venvs
+# then cost almost no disk; copied, they were 8 GB a clone (the trainer's alone 5 GB).
+export UV_LINK_MODE := hardlink
 UV := $(KUBECUA_CACHE)/bin/uv-$(UV_VERSION)/uv
 export UV
 BIN := $(KUBECUA_CACHE)/bin
