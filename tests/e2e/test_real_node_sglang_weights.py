@@ -117,8 +117,8 @@ FIGURES: dict[str, float] = {}
 def release(cluster: Cluster) -> Iterator[None]:
     install = quick_start_commands()[0]  # the README's own `helm install`
     assert install.startswith(f"helm install kubecua charts/kubecua -n {SYSTEM}"), install
-    shell(cluster, f"{install} --set operator.sglangImage={STANDIN}")
-    try:
+    try:  # a failed install is uninstalled too: the next module installs the same release name
+        shell(cluster, f"{install} --set operator.sglangImage={STANDIN}")
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)

@@ -100,16 +100,16 @@ def release(cluster: Cluster) -> Iterator[None]:
     started = time.monotonic()
     install = quick_start_commands()[0]  # the README's own `helm install`, as written
     assert install.startswith(f"helm install kubecua charts/kubecua -n {SYSTEM}"), install
-    shell(cluster, install)
-    wait_for_objects(
-        client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-        lambda pods: any(ready(p) for p in pods),
-        timeout=120,
-        namespace=SYSTEM,
-        label_selector=OPERATOR,
-    )
-    record("helm_install_to_operator_ready_s", time.monotonic() - started)
-    try:
+    try:  # a failed install is uninstalled too: the next module installs the same release name
+        shell(cluster, install)
+        wait_for_objects(
+            client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
+            lambda pods: any(ready(p) for p in pods),
+            timeout=120,
+            namespace=SYSTEM,
+            label_selector=OPERATOR,
+        )
+        record("helm_install_to_operator_ready_s", time.monotonic() - started)
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)

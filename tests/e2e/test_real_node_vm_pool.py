@@ -95,10 +95,10 @@ def cluster(real_node_cluster: Cluster) -> Cluster:
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[None]:
     started = time.monotonic()
-    cluster.helm("install", "kubecua", str(REPO / "charts" / "kubecua"), "-n", SYSTEM,
-                 "--create-namespace", "--wait", "--timeout", "5m")  # fmt: skip
-    record("helm_install_s", time.monotonic() - started)
-    try:
+    try:  # a failed install is uninstalled too: the next module installs the same release name
+        cluster.helm("install", "kubecua", str(REPO / "charts" / "kubecua"), "-n", SYSTEM,
+                     "--create-namespace", "--wait", "--timeout", "5m")  # fmt: skip
+        record("helm_install_s", time.monotonic() - started)
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)
