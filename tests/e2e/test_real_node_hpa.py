@@ -32,7 +32,8 @@ from kubernetes import client, watch
 from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster
 from kubecua_testkit.metrics_server import MetricsServer
-from kubecua_testkit.tools import REPO, binary, cache_dir, run
+from kubecua_testkit.node_tests import Figures, node_images, pod_ready
+from kubecua_testkit.tools import REPO, binary, run
 from kubecua_testkit.wait import wait_for_objects
 
 pytestmark = pytest.mark.timeout(1500)
@@ -44,7 +45,7 @@ GROUP, VERSION, PLURAL = "kubecua.dev", "v1alpha1", "sandboxpools"
 # What the test changes in the example: a 2-core node holds 3 sandboxes with small CPU requests,
 # and short stabilization windows let it run in minutes (the example's are production's).
 CPU_REQUEST, MIN, MAX, DOWN_WINDOW_S = "200m", 1, 3, 15
-FIGURES: dict[str, Any] = {}
+FIGURES = Figures("hpa-figures")
 LOAD_PID = "/tmp/kubecua-hpa-load.pid"
 # A task with no setup: the episode only holds the sandbox (a lease), as a trainer's would.
 HOLD_TASK = {
@@ -58,20 +59,6 @@ HOLD_TASK = {
     },
 }
 FAST = {"observation": {"format": "jpeg", "max_pixels": 57600}, "settle": {"max_seconds": 1.0}}
-
-
-def record(name: str, value: Any) -> None:
-    FIGURES[name] = round(value, 1) if isinstance(value, float) else value
-    path = cache_dir() / "node" / "hpa-figures.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(FIGURES, indent=1))
-
-
-def ready(pod) -> bool:
-    conds = pod.status.conditions or []
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in conds
-    )
 
 
 def example_manifests() -> tuple[dict, dict]:
@@ -92,9 +79,7 @@ def example_manifests() -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def cluster(real_node_cluster: Cluster) -> Cluster:
-    node = client.CoreV1Api(real_node_cluster.api_client()).read_node(real.NAME)
-    refs = {tag for image in node.status.images or [] for tag in image.names or []}
-    missing = [i for i in IMAGES if i not in refs]
+    missing = [i for i in IMAGES if i not in node_images(real_node_cluster)]
     if missing:  # `make test-e2e` builds them first; a bare pytest run may not have
         pytest.skip(f"images {missing} are not built: run `make images`")
     return real_node_cluster
@@ -106,7 +91,7 @@ def metrics_server(cluster: Cluster, tmp_path_factory) -> Iterator[MetricsServer
     server = MetricsServer(cluster, tmp_path_factory.mktemp("metrics-server"), resolution_s=10)
     try:
         server.start()
-        record("metrics_server_start_to_apiservice_available_s", time.monotonic() - started)
+        FIGURES.record("metrics_server_start_to_apiservice_available_s", time.monotonic() - started)
         yield server
     finally:
         server.stop()
@@ -120,7 +105,7 @@ def operator(cluster: Cluster) -> Iterator[None]:
         run([binary("helm"), "--kubeconfig", cluster.kubeconfig, "install", "kubecua",
              REPO / "charts" / "kubecua", "-n", SYSTEM, "--create-namespace", "--wait",
              "--timeout", "5m"], timeout=330)  # fmt: skip
-        record("helm_install_s", time.monotonic() - started)
+        FIGURES.record("helm_install_s", time.monotonic() - started)
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)
@@ -195,7 +180,7 @@ def converged(replicas: int, leased: int | None = None) -> Callable[[dict], bool
 def pool_pods(cluster: Cluster, name: str, count: int, timeout: float) -> list:
     pods = wait_for_objects(
         client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-        lambda items: len(items) == count and all(ready(p) for p in items),
+        lambda items: len(items) == count and all(pod_ready(p) for p in items),
         timeout=timeout,
         namespace=NS,
         label_selector=f"kubecua.dev/pool={name},app.kubernetes.io/component=sandbox",
@@ -235,7 +220,7 @@ def test_hpa_scales_pool_out_and_in_keeping_the_leased_sandbox(cluster, pool):
     started = time.monotonic()
     first = pool_pods(cluster, name, MIN, timeout=420)
     wait_pool(cluster, name, converged(MIN), 60, "the pool at its minimum")
-    record("pool_apply_to_first_ready_s", time.monotonic() - started)
+    FIGURES.record("pool_apply_to_first_ready_s", time.monotonic() - started)
     assert {p.spec.node_name for p in first} == {real.NAME}
 
     # metrics-server serves the sandbox's CPU from the real kubelet, through the aggregation
@@ -243,7 +228,7 @@ def test_hpa_scales_pool_out_and_in_keeping_the_leased_sandbox(cluster, pool):
     wait_until_hpa_reads_metrics(cluster, hpa["metadata"]["name"])
     idle = pod_cpu(cluster)
     assert set(idle) == {p.metadata.name for p in first}, idle
-    record("idle_cpu_per_pod", idle)
+    FIGURES.record("idle_cpu_per_pod", idle)
     secret = token(cluster, name)
     auth = {"Authorization": f"Bearer {secret}"}
 
@@ -257,11 +242,11 @@ def test_hpa_scales_pool_out_and_in_keeping_the_leased_sandbox(cluster, pool):
     assert launch.status_code == 200, launch.text
     loaded_at = time.monotonic()
     wait_hpa(cluster, hpa["metadata"]["name"], MAX, timeout=180)
-    record("load_to_hpa_desired_max_s", time.monotonic() - loaded_at)
+    FIGURES.record("load_to_hpa_desired_max_s", time.monotonic() - loaded_at)
     wait_pool(cluster, name, converged(MAX), 600, "the pool scaled out")
     pods = pool_pods(cluster, name, MAX, timeout=60)
-    record("load_to_pool_converged_at_max_s", time.monotonic() - loaded_at)
-    record("cpu_per_pod_under_load", pod_cpu(cluster))
+    FIGURES.record("load_to_pool_converged_at_max_s", time.monotonic() - loaded_at)
+    FIGURES.record("cpu_per_pod_under_load", pod_cpu(cluster))
     assert {p.spec.node_name for p in pods} == {real.NAME}
     hpa_now = client.AutoscalingV2Api(api).read_namespaced_horizontal_pod_autoscaler(
         hpa["metadata"]["name"], NS
@@ -291,10 +276,10 @@ def test_hpa_scales_pool_out_and_in_keeping_the_leased_sandbox(cluster, pool):
     assert stop.json()["returncode"] == 0, stop.text
     unloaded_at = time.monotonic()
     wait_hpa(cluster, hpa["metadata"]["name"], MIN, timeout=300)
-    record("unload_to_hpa_desired_min_s", time.monotonic() - unloaded_at)
+    FIGURES.record("unload_to_hpa_desired_min_s", time.monotonic() - unloaded_at)
     wait_pool(cluster, name, converged(MIN, leased=1), 300, "the pool scaled in")
     [kept] = pool_pods(cluster, name, MIN, timeout=120)
-    record("unload_to_pool_converged_at_min_s", time.monotonic() - unloaded_at)
+    FIGURES.record("unload_to_pool_converged_at_min_s", time.monotonic() - unloaded_at)
 
     # The leased sandbox is the one kept: the same pod, never restarted, its episode open.
     assert kept.metadata.name == leased.metadata.name
@@ -308,7 +293,7 @@ def test_hpa_scales_pool_out_and_in_keeping_the_leased_sandbox(cluster, pool):
     assert step.status_code == 200, step.text
     # The idle ones went by scale-in (the operator's Events; a run once showed only one of the
     # two removals there, so the pods above are the record and the Events are kept for reading).
-    record("pool_events", pool_events(cluster, name))
+    FIGURES.record("pool_events", pool_events(cluster, name))
     assert scaled_in(cluster, name) > before
     gone = client.CoreV1Api(api).list_namespaced_pod(NS).items
     assert not {p.metadata.uid for p in gone} & {p.metadata.uid for p in others}

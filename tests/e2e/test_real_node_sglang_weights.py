@@ -38,14 +38,13 @@ from test_real_node_user_journey import (
     TRAINER_IMAGE,
     LogFollower,
     host_volume,
-    node_images,
     quick_start_commands,
-    ready,
     shell,
 )
 
 from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster, node_for
+from kubecua_testkit.node_tests import Figures, node_images, pod_ready
 from kubecua_testkit.tools import REPO, cache_dir
 from kubecua_testkit.wait import wait_for_objects
 
@@ -106,11 +105,11 @@ def cluster(real_node_cluster: Cluster) -> Cluster:
     build_standin()
     # The whole image is streamed (podman save), but its layers but one are the operator's.
     node_for(real_node_cluster).import_images([STANDIN])
-    FIGURES["standin_build_and_import_s"] = round(time.monotonic() - started, 1)
+    FIGURES.record("standin_build_and_import_s", time.monotonic() - started)
     return real_node_cluster
 
 
-FIGURES: dict[str, float] = {}
+FIGURES = Figures("sglang-standin-figures")
 
 
 @pytest.fixture(scope="module")
@@ -184,16 +183,16 @@ def trained(cluster: Cluster, release, tmp_path_factory) -> Iterator[dict[str, A
         started = time.monotonic()
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([pool, trainingrun()]))
         pods = wait_for_objects(
-            core.list_namespaced_pod, lambda ps: any(ready(p) for p in ps), timeout=300,
+            core.list_namespaced_pod, lambda ps: any(pod_ready(p) for p in ps), timeout=300,
             namespace=NS, label_selector=SGLANG_PODS,
         )  # fmt: skip
-        server = next(p for p in pods if ready(p))
+        server = next(p for p in pods if pod_ready(p))
         log = LogFollower(cluster, NS, server.metadata.name, root / "standin.log")
         cluster.kubectl(
             "wait", f"trainingrun/{RUN}", "-n", NS, "--for=jsonpath={.status.phase}=Succeeded",
             "--timeout=900s", timeout=930,
         )  # fmt: skip
-        FIGURES["apply_to_succeeded_s"] = round(time.monotonic() - started, 1)
+        FIGURES.record("apply_to_succeeded_s", time.monotonic() - started)
         ip = core.read_namespaced_pod(server.metadata.name, NS).status.pod_ip
         out["records"] = httpx.get(f"http://{ip}:30000/standin/records", timeout=10).json()
         out["version"] = httpx.get(f"http://{ip}:30000/get_weight_version", timeout=10).json()
@@ -205,8 +204,6 @@ def trained(cluster: Cluster, release, tmp_path_factory) -> Iterator[dict[str, A
         out["job"] = client.BatchV1Api(api).read_namespaced_job(f"{RUN}-trainer", NS)
         cluster.kubectl("delete", f"trainingrun/{RUN}", "-n", NS, "--timeout=120s", timeout=150)
         out["log"] = log.text()
-        path = cache_dir() / "node" / "sglang-standin-figures.json"
-        path.write_text(json.dumps(FIGURES, indent=1))
         yield out
     finally:
         cluster.kubectl(

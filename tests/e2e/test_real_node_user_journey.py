@@ -53,6 +53,7 @@ from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster
 from kubecua_testkit.components import free_port, http_ok, wait_until
 from kubecua_testkit.monitors import Discovery, scrape_configs
+from kubecua_testkit.node_tests import Figures, node_images, pod_ready
 from kubecua_testkit.prom import query_range
 from kubecua_testkit.tools import REPO, binary, cache_dir
 from kubecua_testkit.wait import wait_for_objects
@@ -68,28 +69,12 @@ POOL = "desks"
 # pod would otherwise wait that long for the same sandboxes (see docs/real-node.md).
 SANDBOXES = 3
 IMAGES = ("localhost/kubecua/operator:dev", "localhost/kubecua/sandbox:dev")
-FIGURES: dict[str, float] = {}
-
-
-def record(name: str, seconds: float) -> None:
-    FIGURES[name] = round(seconds, 1)
-    path = cache_dir() / "node" / "journey-figures.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(FIGURES, indent=1))
-
-
-def ready(pod) -> bool:
-    conds = pod.status.conditions or []
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in conds
-    )
+FIGURES = Figures("journey-figures")
 
 
 @pytest.fixture(scope="module")
 def cluster(real_node_cluster: Cluster) -> Cluster:
-    node = client.CoreV1Api(real_node_cluster.api_client()).read_node(real.NAME)
-    refs = {tag for image in node.status.images or [] for tag in image.names or []}
-    missing = [i for i in IMAGES if i not in refs]
+    missing = [i for i in IMAGES if i not in node_images(real_node_cluster)]
     if missing:  # `make test-e2e` builds them first; a bare pytest run may not have
         pytest.skip(f"images {missing} are not built: run `make images`")
     return real_node_cluster
@@ -104,12 +89,12 @@ def release(cluster: Cluster) -> Iterator[None]:
         shell(cluster, install)
         wait_for_objects(
             client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-            lambda pods: any(ready(p) for p in pods),
+            lambda pods: any(pod_ready(p) for p in pods),
             timeout=120,
             namespace=SYSTEM,
             label_selector=OPERATOR,
         )
-        record("helm_install_to_operator_ready_s", time.monotonic() - started)
+        FIGURES.record("helm_install_to_operator_ready_s", time.monotonic() - started)
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)
@@ -121,7 +106,7 @@ def test_operator_pod_runs_and_is_ready_on_the_real_node(cluster, release):
     assert len(operator) == 1
     pod = operator[0]
     assert pod.spec.node_name == real.NAME
-    assert ready(pod)
+    assert pod_ready(pod)
     state = pod.status.container_statuses[0]
     assert state.state.running is not None
     assert state.restart_count == 0
@@ -187,9 +172,9 @@ def quick_start(cluster: Cluster, release, tmp_path_factory) -> dict:
             at = time.monotonic()
             found["last_output"] = shell(cluster, command)
             found["seconds"][command] = round(time.monotonic() - at, 1)
-        record("readme_quick_start_after_helm_s", time.monotonic() - started)
+        FIGURES.record("readme_quick_start_after_helm_s", time.monotonic() - started)
         for command, seconds in found["seconds"].items():
-            record(f"readme: {command.split('  #')[0].strip()}", seconds)
+            FIGURES.record(f"readme: {command.split('  #')[0].strip()}", seconds)
         custom = client.CustomObjectsApi(api)
         found["pool"] = custom.get_namespaced_custom_object(
             "kubecua.dev", "v1alpha1", "default", "sandboxpools", QS_POOL
@@ -199,7 +184,7 @@ def quick_start(cluster: Cluster, release, tmp_path_factory) -> dict:
         )
         core = client.CoreV1Api(api)
         pods = core.list_namespaced_pod("default", label_selector=f"kubecua.dev/pool={QS_POOL}")
-        found["sandboxes"] = [p for p in pods.items if ready(p)]
+        found["sandboxes"] = [p for p in pods.items if pod_ready(p)]
         found["slices"] = _ready_addresses(
             client.DiscoveryV1Api(api)
             .list_namespaced_endpoint_slice("default", label_selector=f"kubecua.dev/pool={QS_POOL}")
@@ -272,12 +257,12 @@ def pool(cluster: Cluster, release) -> Iterator[str]:
     core = client.CoreV1Api(cluster.api_client())
     wait_for_objects(
         core.list_namespaced_pod,
-        lambda pods: sum(ready(p) for p in pods) == SANDBOXES,
+        lambda pods: sum(pod_ready(p) for p in pods) == SANDBOXES,
         timeout=420,
         namespace=ns,
         label_selector=f"kubecua.dev/pool={POOL}",
     )
-    record(f"pool_apply_to_{SANDBOXES}_ready_sandboxes_s", time.monotonic() - started)
+    FIGURES.record(f"pool_apply_to_{SANDBOXES}_ready_sandboxes_s", time.monotonic() - started)
     try:
         yield ns
     finally:
@@ -296,12 +281,12 @@ def test_sandbox_pods_run_pass_readiness_and_are_discovered_by_label(cluster, po
     # loaded machine a probe can time out once, so wait for the condition rather than sample it.
     pods = wait_for_objects(
         client.CoreV1Api(api).list_namespaced_pod,
-        lambda items: sum(ready(p) for p in items) == SANDBOXES,
+        lambda items: sum(pod_ready(p) for p in items) == SANDBOXES,
         timeout=120,
         namespace=pool,
         label_selector=f"kubecua.dev/pool={POOL}",
     )
-    sandboxes = [p for p in pods if ready(p)]
+    sandboxes = [p for p in pods if pod_ready(p)]
     assert len(sandboxes) == SANDBOXES
     assert {p.spec.node_name for p in sandboxes} == {real.NAME}
     ips = {p.status.pod_ip for p in sandboxes}
@@ -368,7 +353,7 @@ def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, 
     no egress rules, reaches nothing: not even that operator (an agent's code runs in it)."""
     core = client.CoreV1Api(cluster.api_client())
     pods = core.list_namespaced_pod(pool, label_selector=f"kubecua.dev/pool={POOL}").items
-    sandbox_pod = next(p for p in pods if ready(p))
+    sandbox_pod = next(p for p in pods if pod_ready(p))
     sandbox = sandbox_pod.status.pod_ip
     operator = core.list_namespaced_pod(SYSTEM, label_selector=OPERATOR).items[0].status.pod_ip
     probes = {"stranger": {"app": "stranger"}, "client": {f"kubecua.dev/client-of-{POOL}": "true"}}
@@ -477,11 +462,6 @@ def wait_trainer_pods(cluster: Cluster, ns: str, done) -> list:
     )
 
 
-def node_images(cluster: Cluster) -> set[str]:
-    node = client.CoreV1Api(cluster.api_client()).read_node(real.NAME)
-    return {tag for image in node.status.images or [] for tag in image.names or []}
-
-
 class LogFollower:
     """`kubectl logs -f` of one pod into a file, so its log outlives the pod."""
 
@@ -570,7 +550,7 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
     first_log = LogFollower(cluster, pool, first.metadata.name, root / "trainer-1.log")
     wait_run(cluster, pool, "{.status.step}=1", timeout=600)
     started = first.status.container_statuses[0].state.running.started_at
-    record("trainer_start_to_step_1_s", time.time() - started.timestamp())
+    FIGURES.record("trainer_start_to_step_1_s", time.time() - started.timestamp())
 
     cluster.kubectl("patch", f"trainingrun/{RUN}", "-n", pool, "--type=merge",
                     "-p", '{"spec": {"suspend": true}}')  # fmt: skip
@@ -700,7 +680,7 @@ def episodes_in_flight(cluster: Cluster, ns: str, token: str) -> dict[str, tuple
     core = client.CoreV1Api(cluster.api_client())
     found = {}
     for pod in core.list_namespaced_pod(ns, label_selector=f"kubecua.dev/pool={POOL}").items:
-        if not ready(pod) or pod.metadata.deletion_timestamp:
+        if not pod_ready(pod) or pod.metadata.deletion_timestamp:
             continue
         ip = pod.status.pod_ip
         try:
@@ -788,16 +768,16 @@ def faults(cluster: Cluster, pool: str, training: dict, tmp_path_factory) -> dic
     )
     operator = wait_for_objects(
         core.list_namespaced_pod,
-        lambda pods: any(ready(p) and p.status.container_statuses[0].restart_count >= 1
+        lambda pods: any(pod_ready(p) and p.status.container_statuses[0].restart_count >= 1
                          for p in pods),
         timeout=180, namespace=SYSTEM, label_selector=OPERATOR,
     )  # fmt: skip
     out["operator_restarts"] = operator[0].status.container_statuses[0].restart_count
     wait_for_objects(
-        core.list_namespaced_pod, lambda pods: sum(ready(p) for p in pods) == 4, timeout=420,
+        core.list_namespaced_pod, lambda pods: sum(pod_ready(p) for p in pods) == 4, timeout=420,
         namespace=ns, label_selector=f"kubecua.dev/pool={POOL}",
     )  # fmt: skip
-    record("operator_kill_to_pool_of_4_ready_s", time.monotonic() - killed_at)
+    FIGURES.record("operator_kill_to_pool_of_4_ready_s", time.monotonic() - killed_at)
     pods = wait_trainer_pods_of(
         cluster, ns, FAULT_RUN, lambda ps: any(p.status.phase == "Running" for p in ps)
     )
@@ -854,7 +834,7 @@ def faults(cluster: Cluster, pool: str, training: dict, tmp_path_factory) -> dic
     wait_fault_run(cluster, ns, "{.status.phase}=Succeeded", timeout=900)
     out["logs"] = [first_log.text(), second_log.text()]
     replaced = wait_for_objects(
-        core.list_namespaced_pod, lambda pods: sum(ready(p) for p in pods) == 4, timeout=420,
+        core.list_namespaced_pod, lambda pods: sum(pod_ready(p) for p in pods) == 4, timeout=420,
         namespace=ns, label_selector=f"kubecua.dev/pool={POOL}",
     )  # fmt: skip
     out["pool_after_loss"] = {p.metadata.uid for p in replaced}

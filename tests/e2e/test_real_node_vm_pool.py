@@ -34,6 +34,7 @@ from kubernetes import client
 from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster, node_for
 from kubecua_testkit.components import wait_until
+from kubecua_testkit.node_tests import Figures, pod_ready
 from kubecua_testkit.tools import REPO, cache_dir, run
 from kubecua_testkit.wait import wait_for_objects
 
@@ -47,21 +48,7 @@ IMAGES = ("localhost/kubecua/operator:dev", RUNNER)
 NS, POOL, CLAIM = "vm-pool", "vms", "desktop-disk"
 BOOT_TIMEOUT_S = 1500  # qemu's emulator on 2 shared cores: the VM's boot plus its snapshot
 TASK = REPO / "sandbox-image" / "tasks" / "settings" / "settings-dark-style.json"
-FIGURES: dict[str, float] = {}
-
-
-def record(name: str, seconds: float) -> None:
-    FIGURES[name] = round(seconds, 2)
-    path = cache_dir() / "node" / "vm-pool-figures.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(FIGURES, indent=1))
-
-
-def ready(pod: Any) -> bool:
-    conds = pod.status.conditions or []
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in conds
-    )
+FIGURES = Figures("vm-pool-figures", digits=2)
 
 
 def disk_dir() -> Path:
@@ -81,7 +68,7 @@ def cluster(real_node_cluster: Cluster) -> Cluster:
     # Not one of the node's standard images: imported here, once per image id.
     spent = node_for(real_node_cluster).import_images([RUNNER])
     if RUNNER in spent:
-        record("runner_image_import_s", spent[RUNNER])
+        FIGURES.record("runner_image_import_s", spent[RUNNER])
 
     def listed(nodes: list[Any]) -> bool:  # the kubelet lists an import at its next update
         names = {t for n in nodes for i in n.status.images or [] for t in i.names or []}
@@ -98,7 +85,7 @@ def release(cluster: Cluster) -> Iterator[None]:
     try:  # a failed install is uninstalled too: the next module installs the same release name
         cluster.helm("install", "kubecua", str(REPO / "charts" / "kubecua"), "-n", SYSTEM,
                      "--create-namespace", "--wait", "--timeout", "5m")  # fmt: skip
-        record("helm_install_s", time.monotonic() - started)
+        FIGURES.record("helm_install_s", time.monotonic() - started)
         yield
     finally:
         cluster.helm("uninstall", "kubecua", "-n", SYSTEM, "--wait", check=False)
@@ -147,13 +134,13 @@ def vm_pool(cluster: Cluster, release: None) -> Iterator[client.V1Pod]:
     try:
         pods = wait_for_objects(
             client.CoreV1Api(cluster.api_client()).list_namespaced_pod,
-            lambda items: any(ready(p) for p in items),
+            lambda items: any(pod_ready(p) for p in items),
             timeout=BOOT_TIMEOUT_S,
             namespace=NS,
             label_selector=f"kubecua.dev/pool={POOL}",
         )
-        record("pool_apply_to_ready_vm_s", time.monotonic() - started)
-        yield next(p for p in pods if ready(p))
+        FIGURES.record("pool_apply_to_ready_vm_s", time.monotonic() - started)
+        yield next(p for p in pods if pod_ready(p))
     finally:
         cluster.kubectl("delete", "sandboxpools", "--all", "-n", NS, "--timeout=120s",
                         check=False, timeout=150)  # fmt: skip
@@ -176,8 +163,8 @@ def test_the_vm_boots_and_the_pod_turns_ready(cluster, vm_pool):
     assert all(c.state.running and c.restart_count == 0 for c in pod.status.container_statuses)
     report = runner_report(cluster, pod.metadata.name)
     assert report["desktop_url"] == "http://127.0.0.1:5000"
-    record("vm_boot_s", report["boot_s"])
-    record("vm_snapshot_s", report["snapshot_s"])
+    FIGURES.record("vm_boot_s", report["boot_s"])
+    FIGURES.record("vm_snapshot_s", report["snapshot_s"])
     ip = pod.status.pod_ip
     r = httpx.get(f"http://{ip}:8000/readyz", timeout=10)
     assert r.status_code == 200, r.text
@@ -245,8 +232,8 @@ def test_a_task_scores_1_then_0_after_a_restore_then_1_again(cluster, vm_pool):
     assert [score for score, _ in runs] == [1.0, 0.0, 1.0]
     assert all(rel["clean"] for _, rel in runs), runs
     restores = sorted(rel["reset_seconds"] for _, rel in runs)
-    record("release_restore_max_s", restores[-1])
-    record("release_restore_median_s", restores[1])
+    FIGURES.record("release_restore_max_s", restores[-1])
+    FIGURES.record("release_restore_median_s", restores[1])
     # Each release restored the runner's snapshot, and the VM was never rebuilt.
     health = json.loads(
         cluster.kubectl("exec", "-n", NS, vm_pool.metadata.name, "-c", "sandbox", "--",
