@@ -14,30 +14,13 @@ from typing import Any
 from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import controller_uid
+from kubecua_operator.parsed import Parsed
 
 PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
 
 
-@dataclass(frozen=True, eq=False)
-class Pool:
-    """One pass's SandboxPool: the body as the watch (or a read) delivered it, for owner
-    references and status, and its spec parsed once. The API server has applied the CRD's
-    defaults and validation, so the backends read the typed spec and restate no default."""
-
-    body: dict[str, Any]
-    spec: SandboxPoolSpec
-
-    @property
-    def name(self) -> str:
-        return str(self.body["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.body["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.body["metadata"].get("uid", ""))
+# One pass's SandboxPool: its body and its spec parsed once (kubecua_operator/parsed.py).
+Pool = Parsed[SandboxPoolSpec]
 
 
 def parse_pool(body: dict[str, Any]) -> Pool:

@@ -8,12 +8,12 @@ never stops the operator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from kubecua_api.trainingrun import TrainingRunSpec
+from kubecua_operator.parsed import Parsed
 
 Obj = dict[str, Any]
 
@@ -22,18 +22,8 @@ class InvalidSpec(ValueError):
     """The spec does not parse; the message names each field (spec.<path>: <why>)."""
 
 
-@dataclass(frozen=True, eq=False)
-class Run:
-    body: Obj  # owner references, Events, status, and the trainer's ConfigMap (the spec verbatim)
-    spec: TrainingRunSpec
-
-    @property
-    def name(self) -> str:
-        return str(self.body["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.body["metadata"]["namespace"])
+# the body: owner references, Events, status, and the trainer's ConfigMap (the spec verbatim)
+Run = Parsed[TrainingRunSpec]
 
 
 def parse(body: Obj) -> Run:
