@@ -199,9 +199,12 @@ def time_split(
     }
 
 
-def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[str, Any]:
+def summarise(
+    rows: list[dict[str, Any]], engine: Any, learner: Any, staleness: int
+) -> dict[str, Any]:
     """One mode's figures over its measured steps (the first left out when there are two+)."""
     measured = rows[1:] if len(rows) > 1 else rows
+    update = deferred_updates(learner, len(rows))[-len(measured) :]
     lo = min(r["rollout_started_at"] for r in measured)
     hi = max(r["learn_ended_at"] for r in measured)
     # every step's learning (with staleness 1 the first update overlaps the measured rollout)
@@ -219,13 +222,12 @@ def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[s
         "wall_seconds": round(hi - lo, 2),
         "trajectories": episodes,
         "trajectories_per_minute": round(60 * episodes / (hi - lo), 2),
-        # the bound when one GPU does both: the learner's own rate on these trajectories
+        # the bound when one GPU does both: the learner's own rate on these trajectories, back
+        # to back (its deferred updates included: nothing hides them there)
         "learner_only_trajectories_per_minute": round(
-            60 * episodes / max(sum(r.get("seconds", 0.0) for r in measured), 1e-9), 2
+            60 * episodes / max(learn_seconds + sum(update), 1e-9), 2
         ),
-        "vs_learner_only": round(
-            sum(r.get("seconds", 0.0) for r in measured) / max(hi - lo, 1e-9), 3
-        ),
+        "vs_learner_only": round((learn_seconds + sum(update)) / max(hi - lo, 1e-9), 3),
         # the engine's counters cover every step of the mode, the first included
         "generation": {
             "prefill_tokens": b.prefill_tokens,
@@ -244,7 +246,20 @@ def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[s
             "sequence_tokens": seq_tokens,
             "seconds": round(learn_seconds, 2),
             "tokens_per_second": round(seq_tokens / max(learn_seconds, 1e-9), 1),
-            "optimizer_seconds": [r.get("optimizer_seconds") for r in measured],
+            # in optimizer.step() (deferred: queueing the gradients' copies), and the host
+            # update after it; fence_wait: the time anything (the next step's first generation,
+            # the next learner step) waited for one (0: the update was hidden entirely)
+            "optimizer_seconds": [round(r.get("optimizer_seconds", 0.0), 3) for r in measured],
+            "deferred_update_seconds": [round(x, 3) for x in update],
+            "fence_wait_seconds": round(
+                sum(s for end, s in learner.policy.lock.wait_log if lo <= end <= hi), 3
+            ),
+            # issue 24 item 3: the step's forward+backward seconds over its whole own seconds
+            "fwd_bwd_share": round(
+                1
+                - sum(r.get("optimizer_seconds", 0.0) for r in measured) / max(learn_seconds, 1e-9),
+                3,
+            ),
             "weight_refresh_seconds": [
                 round(r.get("weight_refresh_seconds", 0.0), 3) for r in measured
             ],
@@ -255,6 +270,16 @@ def summarise(rows: list[dict[str, Any]], engine: Any, staleness: int) -> dict[s
         else None,
         "reward_mean": round(sum(r.get("reward_mean", 0.0) for r in measured) / len(measured), 3),
     }
+
+
+def deferred_updates(learner: Any, steps: int) -> list[float]:
+    """The seconds of the last `steps` host updates that ran after their step (MasterAdamW with
+    defer), oldest first; zeros when the optimizer updates inside its step."""
+    opt = learner.optimizer
+    if not getattr(opt, "defer", False):
+        return [0.0] * steps
+    with learner.policy.lock:  # the last step's update is settled
+        return [u["update"] for u in list(opt.updates)[-steps:]]
 
 
 async def one_mode(
@@ -278,19 +303,20 @@ async def one_mode(
         "metadata": {"name": f"loop-{staleness}"},
         "spec": spec,
     }
-    engines: list[Any] = []
+    built: list[tuple[Any, Any]] = []  # (engine, learner)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     opts = RunOptions(
         console=False,
         source=StaticSource(urls, TOKEN),
-        on_engine=engines.append,
+        on_built=lambda engine, learner: built.append((engine, learner)),
         checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
     )
     result = await train(parse_training_run(obj), opts)
     if len(result.history) != a.steps:
         raise RuntimeError(f"mode {staleness}: {len(result.history)} of {a.steps} steps ran")
-    return summarise(result.history, engines[0], staleness)
+    engine, learner = built[0]
+    return summarise(result.history, engine, learner, staleness)
 
 
 async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from kubecua_trainer.distributed import Dist, balance_by_tokens
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossTerms
 from kubecua_trainer.model import Policy
+from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample, check_image_pads
 
 
@@ -117,7 +118,9 @@ class Learner:
         totals = dict.fromkeys(("loss", "kl", "entropy", "clipped", "mismatch"), 0.0)
         grad_norm = 0.0
         work = self._my_share(samples, lengths, weights)
-        with self.policy.lock:
+        waiting = time.perf_counter()
+        with self.policy.lock:  # (a generation round, or the last step's deferred update)
+            lock_wait = time.perf_counter() - waiting
             self.policy.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             try:
@@ -146,10 +149,12 @@ class Learner:
             "logprob_mismatch": totals["mismatch"] / tokens,
             "tokens": float(sum(lengths)),
             "sequence_tokens": float(sum(int(s.input_ids.numel()) for s in samples)),
-            # perf.MasterAdamW's pipelined offload: the optimizer's own seconds in the step
+            # MasterAdamW's pipelined offload: the optimizer's own seconds in the step (with
+            # defer, queueing the gradients' copies only: the update runs after the step)
             "optimizer_seconds": float(
                 getattr(self.optimizer, "last_seconds", {}).get("total", 0.0)
             ),
+            "lock_wait_seconds": lock_wait,
             "samples": float(len(samples)),
             "seconds": time.perf_counter() - start,
         }
@@ -213,6 +218,9 @@ class Learner:
         if hasattr(norm, "full_tensor"):  # a DTensor: the norm over all shards
             norm = norm.full_tensor()
         optimizer.step()
+        if isinstance(optimizer, MasterAdamW) and optimizer.in_flight:
+            # defer=True: the update still runs; the next holder of the lock waits for it
+            self.policy.lock.defer(optimizer.settle)
         optimizer.zero_grad(set_to_none=True)
         return norm
 

@@ -63,4 +63,15 @@ def speed_up(policy: Policy, spec: TrainingRunSpec) -> torch.optim.Optimizer | N
     if not spec.trainer.optimizer_offload:
         return None
     params = [p for p in model.parameters() if p.requires_grad]
-    return MasterAdamW(params, lr=spec.algorithm.learning_rate, offload=True)
+    lr = spec.algorithm.learning_rate
+    return MasterAdamW(params, lr=lr, offload=True, defer=defers_update(spec))
+
+
+def defers_update(spec: TrainingRunSpec) -> bool:
+    """Whether the host update runs after the step (MasterAdamW defer; the same bits): only
+    where its next reader comes later, the embedded engine's first generation of the next
+    synchronous step, after the desktops' set-up. With rollout.maxStaleness > 0 the engine's
+    copy is refreshed at once, and sglang reads the step's weights from disk at once: the update
+    would be waited for straight away, and in a worker thread it ran slower on an H100's host
+    (2.6 s against 1.7 s, docs/benchmarks.md)."""
+    return spec.rollout.engine == "hf" and spec.rollout.max_staleness == 0

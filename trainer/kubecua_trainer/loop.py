@@ -35,7 +35,9 @@ class RunOptions:
     handle_signals: bool = False  # SIGTERM -> Stop (the CLI; a pod being suspended or evicted)
     signals_seen: list[int] | None = None  # SIGTERMs the CLI caught before the run listened
     stop: Stop | None = None  # tests hand one in to stop the run from outside
-    on_engine: Any = None  # callback(engine) once built (bench/loop_bench.py reads its counters)
+    on_built: Any = (
+        None  # callback(engine, learner) once built (bench/loop_bench.py reads counters)
+    )
     # False: write no checkpoint (bench/loop_bench.py: a 3B run's optimizer state is ~50 GB)
     checkpoints: bool = True
 

@@ -1,7 +1,8 @@
 """Load the policy (a Qwen2.5-VL or Qwen3-VL) from a local HF directory, never from the hub.
 
 The Policy is shared by the learner and the embedded hf engine: one module, so weights never need
-a sync. `lock` serialises the two (generation in the engine's worker thread, training steps).
+a sync. `lock` serialises the two (generation in the engine's worker thread, training steps), and
+makes its next holder wait for an optimizer update still running after a step (weights_lock.py).
 Precision (model.dtype): `auto` on GPU keeps fp32 parameters (AdamW's master weights) and runs the
 forward under bf16 autocast; `bfloat16` stores the parameters themselves in bf16 (pure bf16: about
 half the memory, coarser updates; a 3B model's weights + AdamW state go from ~45 to ~22 GiB);
@@ -11,7 +12,6 @@ half the memory, coarser updates; a 3B model's weights + AdamW state go from ~45
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths
+from kubecua_trainer.weights_lock import WeightsLock
 
 
 @dataclass
@@ -30,7 +31,8 @@ class Policy:
     tokenizer: Any
     device: torch.device
     dtype: torch.dtype  # compute dtype: bf16 autocast on GPU, fp32 on CPU
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # an RLock that also waits for a deferred optimizer update (weights_lock.py)
+    lock: WeightsLock = field(default_factory=WeightsLock, repr=False)
     version: int = 0  # the training step whose update these weights include (0: initial)
 
     @property

@@ -95,8 +95,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     leases = SandboxLeases()
     engine = build_engine(spec.rollout, gen)
     sync = build_weight_sync(engine, policy, gen, saver.weights_for_engine, d)
-    if opts.on_engine is not None:
-        opts.on_engine(engine)
+    if opts.on_built is not None:
+        opts.on_built(engine, learner)
     with RunProgress(spec.steps, opts.console and d.is_main) as progress:
         try:
             await sync.updated(saver.step)  # the engine starts from the resumed weights

@@ -45,8 +45,12 @@ class InProcess:
     async def updated(self, step: int) -> dict[str, float]:
         if self.gen is self.policy:  # shared: the learner labelled it (Policy.version)
             return {}
-        seconds = await asyncio.to_thread(refresh_weights, self.policy.model, self.gen, step)
+        seconds = await asyncio.to_thread(self._refresh, step)
         return {"weight_refresh_seconds": seconds}
+
+    def _refresh(self, step: int) -> float:
+        with self.policy.lock:  # the step's deferred optimizer update has finished
+            return refresh_weights(self.policy.model, self.gen, step)
 
     async def checkpointed(self, step: int, checkpoint: str | None) -> None:
         return None

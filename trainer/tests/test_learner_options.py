@@ -15,7 +15,7 @@ from test_learner import make_sample
 
 from kubecua_trainer.config import AlgorithmConfig, TrainingRunSpec
 from kubecua_trainer.learner import Learner
-from kubecua_trainer.learner_setup import build_learner
+from kubecua_trainer.learner_setup import build_learner, defers_update
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.sharded import refresh_weights
@@ -45,11 +45,29 @@ def test_frozen_vision_keeps_its_weights_while_the_language_model_learns(tiny_mo
     head_before = policy.model.lm_head.weight.detach().clone()  # type: ignore[union-attr]
     metrics = learner.step([make_sample(policy, 1, 1.0), make_sample(policy, 2, -1.0)])
     assert metrics["grad_norm"] > 0
-    assert all(torch.equal(a, b) for a, b in zip(vision_before, visual.parameters(), strict=True))
-    assert not torch.equal(head_before, policy.model.lm_head.weight)  # type: ignore[union-attr]
+    assert learner.optimizer.defer  # the update may still run: the lock waits for it
+    with policy.lock:
+        vision_after = [p.detach().clone() for p in visual.parameters()]
+        head_after = policy.model.lm_head.weight.detach().clone()  # type: ignore[union-attr]
+    assert all(torch.equal(a, b) for a, b in zip(vision_before, vision_after, strict=True))
+    assert not torch.equal(head_before, head_after)
     masters = [t for group in learner.optimizer.state_dict().values() for t in _tensors(group)]
     assert masters
     assert all(t.device.type == "cpu" for t in masters)
+
+
+def test_the_update_is_deferred_only_where_the_next_reader_comes_later(tiny_model_dir):
+    """Synchronous rollouts on the embedded engine: after the desktops' set-up; a refreshed copy
+    (maxStaleness 1) or sglang's weights on disk need the update at once."""
+    offload = {"optimizerOffload": True}
+    cases = [({}, True), ({"maxStaleness": 1}, False), ({"engine": "sglang"}, False)]
+    for rollout, deferred in cases:
+        s = spec(tiny_model_dir, trainer=offload, rollout=rollout)
+        assert defers_update(s) is deferred
+    _, learner, _ = build_learner(
+        spec(tiny_model_dir, trainer=offload, rollout={"maxStaleness": 1})
+    )
+    assert not learner.optimizer.defer
 
 
 def test_default_spec_keeps_plain_adamw(tiny_model_dir):

@@ -165,19 +165,20 @@ def test_spread_and_flop_examples() -> None:
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_pipelined_offload_step_is_bitwise_the_serial_one(device: str) -> None:
     """The pipelined offloaded step (5 chunks here; from the second step on, the host update in
-    slices of 65,536 elements, one parameter of 150,000 in three) leaves the bf16 weights, the
-    fp32 masters and both moments bitwise equal to the serial step after 4 steps, clipping and a
-    parameter without a gradient included, and survives a state_dict round trip."""
+    slices of 65,536 elements, one parameter of 150,000 in three), run in the step or deferred to
+    a worker thread, leaves the bf16 weights, the fp32 masters and both moments bitwise equal to
+    the serial step after 4 steps, clipping and a parameter without a gradient included, and
+    survives a state_dict round trip."""
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs CUDA (the copy streams); the CPU variant runs the same chunks")
     torch.manual_seed(0)
     shapes = [(64, 32), (32,), (128, 16), (16,), (48, 48), (7,), (300, 500)]
     init = [torch.randn(s, device=device).to(torch.bfloat16) for s in shapes]
     runs = []
-    for pipeline in (False, True):
+    for pipeline, defer in ((False, False), (True, False), (True, True)):
         live = [torch.nn.Parameter(t.clone()) for t in init]
         opt = MasterAdamW(live, lr=1e-2, weight_decay=0.1, offload=True, pipeline=pipeline,
-                          chunk_bytes=48 * 48 * 4, slice_elements=65536)  # fmt: skip
+                          defer=defer, chunk_bytes=48 * 48 * 4, slice_elements=65536)  # fmt: skip
         gen = torch.Generator(device=device).manual_seed(1)
         for step in range(4):
             for i, p in enumerate(live):
@@ -189,17 +190,22 @@ def test_pipelined_offload_step_is_bitwise_the_serial_one(device: str) -> None:
                 )
             torch.nn.utils.clip_grad_norm_(live, 1.0)
             opt.step()
-            opt.zero_grad(set_to_none=True)
+            assert opt.in_flight == defer  # deferred: the update runs after the step returned
+            opt.zero_grad(set_to_none=True)  # (a deferred update keeps the gradients it reads)
+        opt.settle()
         runs.append((live, opt))
-    (serial, ref), (piped, opt) = runs
+    (serial, ref), (piped, opt), (deferred, dopt) = runs
     assert opt._chunks == [[0, 1], [2, 3], [4], [5], [6]]
     assert opt.last_seconds["total"] > 0
-    for a, b in zip(serial, piped, strict=True):
-        assert torch.equal(a, b)
-    for m_ref, m in zip(ref.master, opt.master, strict=True):
-        assert torch.equal(m_ref, m)
-        for key in ("exp_avg", "exp_avg_sq", "step"):
-            assert torch.equal(ref.inner.state[m_ref][key], opt.inner.state[m][key])
+    assert len(dopt.updates) == 4
+    assert all(u["update"] > 0 for u in dopt.updates)
+    for run, o in ((piped, opt), (deferred, dopt)):
+        for a, b in zip(serial, run, strict=True):
+            assert torch.equal(a, b)
+        for m_ref, m in zip(ref.master, o.master, strict=True):
+            assert torch.equal(m_ref, m)
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(ref.inner.state[m_ref][key], o.inner.state[m][key])
     assert int(opt.inner.state[opt.master[3]]["step"]) == 2  # stepped only when it had a grad
     assert opt._sliceable([0, 1, 2, 3, 4, 5, 6])
     assert _slices([3, 4, 10], 8) == [[(0, 0, 3), (1, 0, 4)], [(2, 0, 8)], [(2, 8, 10)]]
@@ -213,20 +219,23 @@ def test_pipelined_offload_step_is_bitwise_the_serial_one(device: str) -> None:
 def test_learner_steps_with_the_pipelined_optimizer_are_bitwise_the_serial_ones() -> None:
     """Three Learner steps of the tiny Qwen2.5-VL (two synthetic 2-screenshot trajectories,
     clipping on) with the offloaded AdamW: the same losses and bitwise the same weights with
-    the pipelined step as with the serial one."""
+    the pipelined step, inline or deferred (the trainer's), as with the serial one."""
     torch.manual_seed(0)
     base = build_model("tiny_qwen2_5_vl", "cpu")
     samples = [synthetic_sample(base, 2, 112, 112, i) for i in range(2)]
     runs = []
-    for pipeline in (False, True):
+    for pipeline, defer in ((False, False), (True, False), (True, True)):
         model = copy.deepcopy(base)
         params = [p for p in model.parameters() if p.requires_grad]
-        opt = MasterAdamW(params, lr=1e-3, offload=True, pipeline=pipeline)
+        opt = MasterAdamW(params, lr=1e-3, offload=True, pipeline=pipeline, defer=defer)
         learner = Learner(bench_policy(model), ALGO, optimizer=opt)
         losses = [learner.step(samples)["loss"] for _ in range(3)]
-        runs.append((losses, [p.detach().clone() for p in model.parameters()]))
-    (serial_losses, serial), (piped_losses, piped) = runs
-    assert piped_losses == serial_losses
+        assert learner.policy.lock.pending == defer  # the next holder of the lock waits for it
+        with learner.policy.lock:
+            runs.append((losses, [p.detach().clone() for p in model.parameters()]))
+    (serial_losses, serial), *others = runs
     assert serial_losses[2] != serial_losses[0]  # the weights moved
-    for a, b in zip(serial, piped, strict=True):
-        assert torch.equal(a, b)
+    for losses, weights in others:
+        assert losses == serial_losses
+        for a, b in zip(serial, weights, strict=True):
+            assert torch.equal(a, b)

@@ -15,15 +15,29 @@ back on a second copy stream. The host's fp32 gradient buffers are kept from ste
 serial path allocated 4 bytes per parameter afresh every step: 15 GB of page faults for a 3B
 model). Each chunk runs the same fused AdamW kernel over its own parameters, an elementwise
 update, so the results are bitwise those of the serial path (pipeline=False, kept as the
-reference: trainer/tests/test_perf_guard.py compares them). What it leaves out: overlapping the
-host update with the next step's forward (its weights are what that forward needs), and keeping
-the state on the GPU by itself when it would fit (offload is the spec's choice).
+reference: trainer/tests/test_perf_guard.py compares them).
+
+defer=True takes the host update off the learner's critical path: step() only queues the
+gradients' copies to the host and returns; a worker thread runs the same update and copies back,
+and settle() waits for it. The learner hands settle() to the policy's lock (weights_lock.py), so
+the next reader of the weights (the next step's first generation, a checkpoint, the next
+learner step) waits for it, while the next step's desktops are being set up meanwhile. The bits
+are the same: the same code runs, in another thread. On an H100 the GRPO batch step's own time
+went from 0.81 to 0.96 of the forward-and-backward rate (docs/benchmarks.md). What it leaves
+out: overlapping the update with the next learner forward when steps run back to back (that
+forward needs the new weights; the worker's update also ran slower than the in-step one there,
+so learner_setup.defers_update defers only in synchronous embedded-engine runs), and keeping the
+state on the GPU by itself when it would fit (offload is the spec's choice).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,6 +59,7 @@ class MasterAdamW(torch.optim.Optimizer):
         eps: float = 1e-8,
         offload: bool = False,
         pipeline: bool = True,
+        defer: bool = False,
         chunk_bytes: int = CHUNK_BYTES,
         slice_elements: int = SLICE_ELEMENTS,
     ):
@@ -55,6 +70,7 @@ class MasterAdamW(torch.optim.Optimizer):
         live = self._live()
         self.offload = offload
         self.pipeline = pipeline
+        self.defer = defer and offload and pipeline  # only the pipelined offload has a host half
         self.slice_elements = slice_elements
         pin = offload and torch.cuda.is_available()
         device = torch.device("cpu") if offload else None
@@ -71,7 +87,13 @@ class MasterAdamW(torch.optim.Optimizer):
         self._grad32: list[torch.Tensor] | None = None  # the pipeline's fp32 gradients, kept
         self._chunks = _chunks([m.numel() * 4 for m in self.master], chunk_bytes)
         self._streams: tuple[torch.cuda.Stream, torch.cuda.Stream] | None = None
-        self.last_seconds: dict[str, float] = {}  # the last step's phases (pipelined offload)
+        # the last step's seconds on the caller's path ("total"), with the update's phases when
+        # it ran inline; every finished update's phases, the deferred ones' included, in order
+        self.last_seconds: dict[str, float] = {}
+        self.updates: deque[dict[str, float]] = deque(maxlen=256)
+        self._pending: Future[dict[str, float]] | None = None
+        self._settling = threading.Lock()
+        self._worker: ThreadPoolExecutor | None = None
         self.inner = torch.optim.AdamW(
             self.master, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True
         )
@@ -81,12 +103,41 @@ class MasterAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        self.settle()  # (the inner groups' params change during an update)
         for g, inner in zip(self.param_groups, self.inner.param_groups, strict=False):
             inner.update({k: g[k] for k in ("lr", "weight_decay", "betas", "eps")})
-        if self.offload and self.pipeline:
-            self._step_pipelined()
-        else:
+        if not (self.offload and self.pipeline):
             self._step_serial()
+            return
+        start = time.perf_counter()
+        launched = self._launch()
+        if self.defer:
+            if self._worker is None:
+                threads = torch.get_num_threads()  # the host update's, as in the caller's thread
+                self._worker = ThreadPoolExecutor(
+                    1, "adamw-host", initializer=torch.set_num_threads, initargs=(threads,)
+                )
+            self._pending = self._worker.submit(self._finish, launched)
+            self.last_seconds = {"total": time.perf_counter() - start}
+        else:
+            phases = self._finish(launched)
+            self.updates.append(phases)
+            self.last_seconds = {**phases, "total": time.perf_counter() - start}
+
+    @property
+    def in_flight(self) -> bool:
+        """A deferred update has not been settled yet."""
+        return self._pending is not None
+
+    def settle(self) -> None:
+        """Wait for a deferred update (a no-op when none is pending). A failed update raises
+        here, and again at every later call: its weights are half-written."""
+        with self._settling:
+            if self._pending is None:
+                return
+            phases = self._pending.result()
+            self._pending = None
+            self.updates.append(phases)
 
     def _step_serial(self) -> None:
         """One PCIe copy of every gradient, one AdamW over all masters, one copy back."""
@@ -114,12 +165,13 @@ class MasterAdamW(torch.optim.Optimizer):
         if self.offload and torch.cuda.is_available():
             torch.cuda.synchronize()  # staging buffers are reused next step
 
-    def _step_pipelined(self) -> None:
-        start = time.perf_counter()
+    def _launch(self) -> _Launched:
+        """The caller's half: every chunk's gradients queued to the host on the copy stream.
+        The caller may zero the gradients when this returns: _Launched holds them until the
+        update has read them."""
         live = self._live()
         staging: list[torch.Tensor] = self._staging  # type: ignore[assignment]
-        if self._grad32 is None:
-            self._grad32 = [torch.empty_like(m) for m in self.master]
+        grads = [p.grad for p in live]
         cuda = live[0].is_cuda if live else False
         arrived: list[Any] = []
         if cuda:
@@ -128,14 +180,25 @@ class MasterAdamW(torch.optim.Optimizer):
             d2h, h2d = self._streams
             d2h.wait_stream(torch.cuda.current_stream())  # the gradients are final (clipped)
             h2d.wait_stream(torch.cuda.current_stream())  # nothing reads the weights any more
-            # (the last step's copies back have finished: step() ends by waiting for them)
+            # (the last step's copies back have finished: _finish ends by waiting for them)
             with torch.cuda.stream(d2h):
                 for chunk in self._chunks:
                     for i in chunk:
-                        grad = live[i].grad
+                        grad = grads[i]
                         if grad is not None:
                             staging[i].copy_(grad, non_blocking=True)
                     arrived.append(d2h.record_event())
+        return _Launched(grads, arrived, cuda)
+
+    @torch.no_grad()
+    def _finish(self, launched: _Launched) -> dict[str, float]:
+        """The host's half, in the caller's thread or the worker's: per chunk, wait for its
+        gradients, update, and copy its new weights back on the second stream."""
+        start = time.perf_counter()
+        live, grads, cuda = self._live(), launched.grads, launched.cuda
+        staging: list[torch.Tensor] = self._staging  # type: ignore[assignment]
+        if self._grad32 is None:
+            self._grad32 = [torch.empty_like(m) for m in self.master]
         waited = host = 0.0
         group = self.inner.param_groups[0]
         everything = group["params"]
@@ -143,12 +206,12 @@ class MasterAdamW(torch.optim.Optimizer):
             for k, chunk in enumerate(self._chunks):
                 t0 = time.perf_counter()
                 if cuda:
-                    arrived[k].synchronize()
+                    launched.arrived[k].synchronize()
                 t1 = time.perf_counter()
-                stepped = [i for i in chunk if live[i].grad is not None]
+                stepped = [i for i in chunk if grads[i] is not None]
                 if not cuda:
                     for i in stepped:
-                        staging[i].copy_(live[i].grad)  # type: ignore[arg-type]
+                        staging[i].copy_(grads[i])  # type: ignore[arg-type]
                 sliced = self._sliceable(stepped)
                 if sliced:  # (converts its slices back to bf16 itself)
                     self._update_in_slices(stepped)
@@ -174,11 +237,11 @@ class MasterAdamW(torch.optim.Optimizer):
             # the staging buffers are rewritten by the next step's copies, and the next forward
             # reads the new weights: both wait for the copies back
             self._streams[1].synchronize()  # type: ignore[index]
-        self.last_seconds = {
+        return {
             "wait_gradients": waited,
             "host_update": host,
             "wait_weights": time.perf_counter() - t2,
-            "total": time.perf_counter() - start,
+            "update": time.perf_counter() - start,
         }
 
     def _update_whole(self, stepped: list[int], group: dict[str, Any]) -> None:
@@ -241,16 +304,35 @@ class MasterAdamW(torch.optim.Optimizer):
             for (j, a, b), m in zip(batch, ms, strict=True):
                 flat[j][2][a:b].copy_(m)
 
+    @torch.no_grad()
+    def adopt_masters(self, other: MasterAdamW) -> None:
+        """Go on from other's fp32 master weights (the warm-up's optimizer over the same
+        parameters): its updates reached the bf16 weights but not this optimizer's masters,
+        whose next step would otherwise write the weights from before the warm-up back."""
+        other.settle()
+        self.settle()
+        for mine, theirs in zip(self.master, other.master, strict=True):
+            mine.copy_(theirs)
+
     def state_dict(self) -> dict[str, Any]:
+        self.settle()
         return {"inner": self.inner.state_dict(), "master": [m.clone() for m in self.master]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.settle()
         self.inner.load_state_dict(state_dict["inner"])
         live = self._live()
         with torch.no_grad():
             for p, m, saved in zip(live, self.master, state_dict["master"], strict=True):
                 m.copy_(saved)
                 p.copy_(m)
+
+
+@dataclass
+class _Launched:
+    grads: list[torch.Tensor | None]  # the step's gradients, held until the update has read them
+    arrived: list[Any]  # per chunk, the event of its gradients' copy to the host (CUDA)
+    cuda: bool
 
 
 def _slices(sizes: list[int], limit: int) -> list[list[tuple[int, int, int]]]:

@@ -42,7 +42,8 @@ def warmup_optimizer(learner: Learner, learning_rate: float) -> torch.optim.Opti
     for bf16 weights, as trainer.optimizerOffload does)."""
     params = [p for g in learner.optimizer.param_groups for p in g["params"]]
     if isinstance(learner.optimizer, MasterAdamW):
-        return MasterAdamW(params, lr=learning_rate, offload=learner.optimizer.offload)
+        opt = learner.optimizer
+        return MasterAdamW(params, lr=learning_rate, offload=opt.offload, defer=opt.defer)
     return torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
 
 
@@ -76,6 +77,8 @@ def fit_demonstrations(
         fit.epoch_losses.append(nll / max(tokens, 1.0))
         fit.tokens_per_epoch = int(tokens)
         on_epoch(epoch, fit.epoch_losses[-1])
+    if isinstance(optimizer, MasterAdamW) and isinstance(learner.optimizer, MasterAdamW):
+        learner.optimizer.adopt_masters(optimizer)  # GRPO goes on from the warmed weights
     return fit
 
 
