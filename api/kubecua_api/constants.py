@@ -21,6 +21,6 @@ URL_ANNOTATION = f"{GROUP}/url"  # an external sandbox's URL on its EndpointSlic
 TOKEN_SECRET_TYPE = f"{GROUP}/sandbox-token"  # never kubernetes.io/service-account-token
 TOKEN_KEY = "token"  # the key of a sandbox token Secret
 
-# Defaults of spec fields that the operator also reads from raw objects.
+# Defaults of TrainingRun spec fields, given by its model; components read the parsed spec.
 METRICS_PORT = 9400  # TrainingRun spec.metrics.port; 0 disables metrics
 CHECKPOINT_PATH = "/ckpt"  # TrainingRun spec.checkpoint.path

@@ -19,10 +19,12 @@ from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.sandboxpool import reconcile as pools
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
 from kubecua_operator.sandboxpool.model import (
+    parse_pool,
     summarize_object,
     summarize_pod,
     summarize_run_demand,
 )
+from kubecua_operator.trainingrun import model as run_model
 from kubecua_operator.trainingrun import reconcile as runs
 from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer_pod
 
@@ -114,7 +116,7 @@ async def pool_readiness(**kw: Any) -> dict:
     """Per pool: ready sandboxes, uid (its token Secret's name), backend and DemandMet, for its
     runs."""
     ready = int(kw["status"].get("readyReplicas") or 0)
-    backend = kw["spec"].get("backend", "pod")
+    backend = parse_pool(dict(kw["body"])).spec.backend
     demand_met = runs.demand_met_of(dict(kw["status"]))
     return {(kw["namespace"], kw["name"]): (ready, kw["uid"], backend, demand_met)}
 
@@ -122,8 +124,12 @@ async def pool_readiness(**kw: Any) -> dict:
 @kopf.index(G, V, "trainingruns")
 async def run_demand(**kw: Any) -> dict | None:
     """Per pool: what each run naming it asks for (spec.sandboxes.capacity)."""
-    demand = summarize_run_demand(dict(kw["body"]))
-    return {(kw["namespace"], kw["spec"]["sandboxes"]["poolRef"]): demand} if demand else None
+    try:
+        run = run_model.parse(dict(kw["body"]))
+    except run_model.InvalidSpec:
+        return None  # its loop fails the run, naming the field; a failed run asks nothing
+    demand = summarize_run_demand(run)
+    return {(kw["namespace"], run.spec.sandboxes.pool_ref): demand} if demand else None
 
 
 @kopf.index(G, V, "trainingruns")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kubecua_api.sandboxpool import Reset
 from kubecua_operator import names
 from kubecua_operator.k8s import Kube, adopt
 from kubecua_operator.sandboxpool import backends, plan
@@ -295,7 +296,9 @@ def test_plan_options_and_token_secret_per_backend(kube, crds, namespace):
         },
     )
     spec, cap = backends.get("external").plan_options(external)
-    assert (spec["reset"], spec["maxReplicas"], cap) == ({}, 5, 2)
+    # The default reset (recycles nothing): the operator cannot recreate a machine it did not make.
+    assert (spec.reset, spec.max_replicas, cap) == (Reset(), 5, 2)
+    assert plan.recycle_after(spec.reset) == 0 < plan.recycle_after(external.spec.reset)
     # Runs' demand may raise the pool to maxReplicas, but not past its endpoints.
     step = plan.make_plan(spec, [], {}, replace_allowed=True, burst=10, cap=cap, demand=5)
     assert (step.target, step.create) == (2, [0, 1])
@@ -303,7 +306,7 @@ def test_plan_options_and_token_secret_per_backend(kube, crds, namespace):
     assert backends.get("external").shared_objects(external, OP_NS) == []
     pod_pool = admitted_pool(kube, namespace, "desks", {"reset": {"strategy": "recreate"}})
     spec, cap = backends.get("pod").plan_options(pod_pool)
-    assert (spec["reset"]["strategy"], cap) == ("recreate", None)
+    assert (spec.reset.strategy, cap) == ("recreate", None)
     for kind in ("pod", "kubevirt"):
         assert backends.get(kind).token_secret("desks", "0d5e6f70-aaaa") == (
             "desks-sandbox-token-0d5e6f70aa"

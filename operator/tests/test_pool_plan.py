@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Probe, Sandbox
 from kubecua_operator.sandboxpool.plan import free_indexes, make_plan, scale_in_order
 
@@ -16,9 +17,10 @@ def boxes(*states: str, unschedulable: bool = False) -> list[Sandbox]:
 
 
 def plan(spec: dict, sandboxes: list[Sandbox], probes: dict | None = None, **kw):
+    """`spec`: the fields a case sets; the model fills in the rest with the CRD's defaults."""
     kw.setdefault("replace_allowed", True)
     kw.setdefault("burst", 32)
-    return make_plan(spec, sandboxes, probes or {}, **kw)
+    return make_plan(SandboxPoolSpec.model_validate(spec), sandboxes, probes or {}, **kw)
 
 
 @pytest.mark.parametrize(

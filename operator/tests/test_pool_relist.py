@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.sandboxpool import plan, reconcile
-from kubecua_operator.sandboxpool.model import READY, TERMINATING, Sandbox, Summary
+from kubecua_operator.sandboxpool.model import READY, TERMINATING, Sandbox, Summary, parse_pool
 from kubecua_operator.sandboxpool.reconcile import PoolMemory, compare_with_list
 from kubecua_operator.sandboxpool.status import compute_status
 
@@ -116,9 +116,9 @@ def test_an_index_that_holds_a_child_in_an_older_state_has_not_caught_up():
 def test_sandboxes_the_pass_deleted_are_not_ready_in_its_status_or_later_views():
     """Issue 20: a scale-in pass published its status from the view before its deletes, and a
     lagging index showed the deleted sandboxes ready afterwards too."""
-    body = {"metadata": {"name": "desks", "generation": 1}, "spec": {"replicas": 1}}
+    pool = parse_pool({"metadata": {"name": "desks", "generation": 1}, "spec": {"replicas": 1}})
     boxes = [Sandbox(f"desks-{i}", i, READY, uid=f"u{i}") for i in range(3)]
-    step = plan.make_plan(body["spec"], boxes, {}, replace_allowed=True, burst=4)
+    step = plan.make_plan(pool.spec, boxes, {}, replace_allowed=True, burst=4)
     assert sorted(s.index for s, _ in step.delete) == [1, 2]
     memory = PoolMemory()
     results = [(1, "deleted"), (2, ApiException(status=500))]  # the second delete failed
@@ -126,5 +126,5 @@ def test_sandboxes_the_pass_deleted_are_not_ready_in_its_status_or_later_views()
     assert memory.deleted == {"u1"}
     view = reconcile.mark_deleted(boxes, memory.deleted)
     assert [s.state for s in view] == [READY, TERMINATING, READY]
-    st = compute_status(body, view, step)
+    st = compute_status(pool, view, step)
     assert (st["replicas"], st["readyReplicas"]) == (2, 2)

@@ -10,6 +10,7 @@ from kubecua_operator.sandboxpool.model import (
     READY,
     RunDemand,
     Sandbox,
+    parse_pool,
     summarize_run_demand,
 )
 from kubecua_operator.sandboxpool.plan import Plan
@@ -17,7 +18,8 @@ from kubecua_operator.sandboxpool.status import compute_status
 from kubecua_operator.trainingrun.model import parse
 from kubecua_operator.trainingrun.status import JobView, Observed, compute_phase, compute_run_status
 
-POOL = {"metadata": {"name": "p", "generation": 4}, "spec": {"replicas": 3}}
+POOL_META = {"name": "p", "generation": 4}
+POOL = parse_pool({"metadata": POOL_META, "spec": {"replicas": 3}})
 RUN_SPEC = {"model": {"path": "/m"}, "sandboxes": {"poolRef": "p", "minReady": 2},
             "tasks": {"path": "/t"}, "steps": 1, "trainer": {"nodes": 1}}  # fmt: skip
 
@@ -58,7 +60,7 @@ def test_pool_status_counts_the_sandboxes_its_pass_created():
 
 
 def test_pool_status_records_the_runs_demand_and_whether_max_replicas_covers_it():
-    pool = {**POOL, "spec": {"replicas": 1, "maxReplicas": 6}}
+    pool = parse_pool({"metadata": POOL_META, "spec": {"replicas": 1, "maxReplicas": 6}})
     demand = [RunDemand("b", 2, True), RunDemand("a", 3, True)]
     st = compute_status(pool, [], Plan(target=5, replicas=5), demand=demand)
     assert st["demand"] == {
@@ -88,15 +90,21 @@ def test_pool_status_records_the_runs_demand_and_whether_max_replicas_covers_it(
      (False, "Succeeded", False), (False, "Failed", False)],
 )  # fmt: skip
 def test_a_run_demands_capacity_while_it_is_neither_suspended_nor_finished(suspend, phase, active):
+    capacity = {"episodes": 4, "spares": 1}
     run = {
         "metadata": {"name": "r"},
-        "spec": {"suspend": suspend, "sandboxes": {"poolRef": "p", "capacity": {"episodes": 4,
-                                                                                "spares": 1}}},
+        "spec": {
+            **RUN_SPEC,
+            "suspend": suspend,
+            "sandboxes": {"poolRef": "p", "capacity": capacity},
+        },
         "status": {"phase": phase} if phase else {},
-    }  # fmt: skip
-    assert summarize_run_demand(run) == RunDemand("r", 5, active)
+    }
+    assert summarize_run_demand(parse(run)) == RunDemand("r", 5, active)
+    capacity.pop("spares")  # the model's default, 0
+    assert summarize_run_demand(parse(run)) == RunDemand("r", 4, active)
     run["spec"]["sandboxes"].pop("capacity")
-    assert summarize_run_demand(run) is None
+    assert summarize_run_demand(parse(run)) is None
 
 
 @pytest.mark.parametrize(

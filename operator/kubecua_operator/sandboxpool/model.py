@@ -15,6 +15,7 @@ from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import controller_uid
 from kubecua_operator.parsed import Parsed
+from kubecua_operator.trainingrun.model import Run
 
 PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
 
@@ -82,17 +83,16 @@ class RunDemand:
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
-def summarize_run_demand(body: dict[str, Any]) -> RunDemand | None:
+def summarize_run_demand(run: Run) -> RunDemand | None:
     """A run's demand on its pool; None when it names no pool or asks for no capacity."""
-    sandboxes = (body.get("spec") or {}).get("sandboxes") or {}
-    capacity = sandboxes.get("capacity")
-    if not sandboxes.get("poolRef") or not capacity:
+    capacity = run.spec.sandboxes.capacity
+    if not run.spec.sandboxes.pool_ref or capacity is None:
         return None
-    phase = (body.get("status") or {}).get("phase")
+    phase = (run.body.get("status") or {}).get("phase")
     return RunDemand(
-        run=body["metadata"]["name"],
-        sandboxes=int(capacity.get("episodes", 0)) + int(capacity.get("spares", 0)),
-        active=not body["spec"].get("suspend") and phase not in FINISHED_PHASES,
+        run=run.name,
+        sandboxes=capacity.episodes + capacity.spares,
+        active=not run.spec.suspend and phase not in FINISHED_PHASES,
     )
 
 

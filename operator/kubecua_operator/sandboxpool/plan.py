@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubecua_api.sandboxpool import Reset, SandboxPoolSpec
 from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Probe, Sandbox
 
 # Reasons of ScalingLimited (closed set).
@@ -92,7 +93,7 @@ def free_indexes(used: set[int], count: int) -> list[int]:
 
 
 def make_plan(
-    spec: dict,
+    spec: SandboxPoolSpec,
     sandboxes: list[Sandbox],
     probes: dict[str, Probe],
     *,
@@ -107,13 +108,13 @@ def make_plan(
     live = [s for s in sandboxes if s.state != TERMINATING]
     leased = {s.name for s in live if s.state == READY and _busy(probes, s.name)}
     plan = Plan(leased=len(leased))
-    plan.replicas = pool_replicas(spec.get("replicas", 1), spec.get("maxReplicas"), demand)
+    plan.replicas = pool_replicas(spec.replicas, spec.max_replicas, demand)
     if cap is not None:  # external pools cannot grow past their list of endpoints
         plan.replicas = min(plan.replicas, cap)
-    plan.target = target_replicas(plan.replicas, spec.get("warmSpares", 0), len(leased))
+    plan.target = target_replicas(plan.replicas, spec.warm_spares, len(leased))
     if cap is not None:
         plan.target = min(plan.target, cap)
-    plan.delete = _replacements(spec, live, probes, leased, replace_allowed)
+    plan.delete = _replacements(spec.reset, live, probes, leased, replace_allowed)
     doomed = {s.name for s, _ in plan.delete}
     keep = [s for s in live if s.name not in doomed]
     excess = len(keep) - plan.target
@@ -143,16 +144,26 @@ def _busy(probes: dict[str, Probe], name: str) -> bool:
     return bool(probe and probe.busy)
 
 
+def recycle_after(reset: Reset) -> int:
+    """Episodes a sandbox serves before it is replaced: 1 under recreate, else
+    maxEpisodesPerSandbox; 0 never (and the prober need not ask for episode counts).
+
+    >>> [recycle_after(Reset(strategy=s, max_episodes_per_sandbox=n))
+    ...  for s, n in (("inPlace", 0), ("inPlace", 3), ("recreate", 0))]
+    [0, 3, 1]
+    """
+    return 1 if reset.strategy == "recreate" else reset.max_episodes_per_sandbox
+
+
 def _replacements(
-    spec: dict,
+    reset: Reset,
     live: list[Sandbox],
     probes: dict[str, Probe],
     leased: set[str],
     replace_allowed: bool,
 ) -> list[tuple[Sandbox, str]]:
     out = [(s, "Failed") for s in live if s.state == FAILED and replace_allowed]
-    reset = spec.get("reset") or {}
-    limit = 1 if reset.get("strategy") == "recreate" else int(reset.get("maxEpisodesPerSandbox", 0))
+    limit = recycle_after(reset)
     if limit > 0:
         for s in live:
             probe = probes.get(s.name)

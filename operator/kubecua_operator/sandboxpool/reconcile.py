@@ -379,7 +379,7 @@ async def reconcile_pool(
     missing = await not_installed(api, backend, memory)
     if missing:
         await write_status(api, body, status.compute_status(
-            body, [], plan.Plan(target=pool.spec.replicas), missing
+            pool, [], plan.Plan(target=pool.spec.replicas), missing
         ), memory)  # fmt: skip
         return
     kids += await call(backend.extra_children, api, pool)
@@ -411,7 +411,7 @@ async def reconcile_pool(
     created = outcome(results, step, memory)
     # What this pass deleted is no longer ready, whatever the view (taken before) said.
     sandboxes = mark_deleted(sandboxes, memory.deleted)
-    new_status = status.compute_status(body, sandboxes, step, memory.issue, created, active, cap)
+    new_status = status.compute_status(pool, sandboxes, step, memory.issue, created, active, cap)
     metrics.set_pool_sandboxes(
         pool.namespace, pool.name, status.count_states(sandboxes, step.leased)
     )
@@ -558,9 +558,8 @@ async def run_pool_loop(
     wakeups.register(key)
     memory = PoolMemory()
 
-    def want_status() -> bool:
-        reset = live.body["spec"].get("reset") or {}
-        return bool(reset.get("maxEpisodesPerSandbox")) or reset.get("strategy") == "recreate"
+    def want_status() -> bool:  # episode counts matter only to a pool that recycles
+        return plan.recycle_after(parse_pool(live.body).spec.reset) > 0
 
     poller = asyncio.create_task(probe_loop(key, memory, want_status))
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import conditions as c
 from kubecua_operator import names
 from kubecua_operator.sandboxpool.model import (
@@ -11,6 +12,7 @@ from kubecua_operator.sandboxpool.model import (
     PENDING,
     READY,
     TERMINATING,
+    Pool,
     RunDemand,
     Sandbox,
 )
@@ -26,7 +28,7 @@ def count_states(sandboxes: list[Sandbox], leased: int) -> dict[str, int]:
 
 
 def compute_status(
-    pool: dict[str, Any],
+    pool: Pool,
     sandboxes: list[Sandbox],
     plan: Plan,
     issue: tuple[str, str] | None = None,
@@ -41,11 +43,11 @@ def compute_status(
     pool's active runs that ask for capacity; with any, status.demand and DemandMet say what they
     asked and whether spec.maxReplicas covers it (else both are removed). `cap`: the most
     sandboxes the backend can have (an external pool's endpoints; Backend.plan_options)."""
-    meta, spec = pool["metadata"], pool["spec"]
+    meta, spec = pool.body["metadata"], pool.spec
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]
     ready = sum(s.state == READY for s in live)
-    want = spec.get("replicas", 1) if plan.replicas is None else plan.replicas
+    want = spec.replicas if plan.replicas is None else plan.replicas
     changing = bool(plan.create or plan.delete) or len(live) != plan.target or ready < len(live)
     conds = [
         c.make(c.READY, ready >= want, "AllReady" if ready >= want else "NotEnoughReady",
@@ -60,7 +62,7 @@ def compute_status(
     if demand:
         summary = demand_summary(demand, want)
         conds.append(demand_condition(spec, summary, gen, cap))
-    old = (pool.get("status") or {}).get("conditions") or []
+    old = (pool.body.get("status") or {}).get("conditions") or []
     return {
         "replicas": len(live) + created,
         "readyReplicas": ready,
@@ -82,7 +84,7 @@ def demand_summary(demand: list[RunDemand], replicas: int) -> dict[str, Any]:
 
 
 def demand_condition(
-    spec: dict[str, Any], summary: dict[str, Any], gen: int, cap: int | None = None
+    spec: SandboxPoolSpec, summary: dict[str, Any], gen: int, cap: int | None = None
 ) -> dict[str, Any]:
     """DemandMet: whether the pool keeps as many sandboxes as its active runs ask for. False when
     spec.maxReplicas (or `cap`, an external pool's list of endpoints) is too small."""
@@ -96,7 +98,7 @@ def demand_condition(
             f"active runs ask for {asked} sandboxes ({who}); the pool keeps {kept}",
             gen,
         )
-    limit = spec.get("maxReplicas")
+    limit = spec.max_replicas
     why = "it has no maxReplicas" if limit is None else f"maxReplicas is {limit}"
     if cap is not None and cap < (limit or 0):
         why = f"it has {cap} endpoints"

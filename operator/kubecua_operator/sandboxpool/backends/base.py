@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import Kube
 from kubecua_operator.sandboxpool.model import Pool, Probe, Sandbox, Summary
@@ -74,7 +75,7 @@ class Backend(ABC):
         whole sandboxes."""
         return []
 
-    def plan_options(self, pool: Pool) -> tuple[Obj, int | None]:
+    def plan_options(self, pool: Pool) -> tuple[SandboxPoolSpec, int | None]:
         """The spec plan.make_plan reads, and the most sandboxes the pool can have (None: no
         bound besides its replicas)."""
-        return pool.body["spec"], None
+        return pool.spec, None

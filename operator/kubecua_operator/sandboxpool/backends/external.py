@@ -14,6 +14,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from kubecua_api.constants import URL_ANNOTATION
+from kubecua_api.sandboxpool import Reset, SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
 from kubecua_operator.sandboxpool.model import (
@@ -110,10 +111,10 @@ class ExternalBackend(Backend):
         nothing for sandboxes it does not run."""
         return names.token_secret(pool)
 
-    def plan_options(self, pool: Pool) -> tuple[Obj, int | None]:
-        """No reset strategy (the operator cannot recreate a machine it did not make), and no
-        more sandboxes than endpoints."""
-        return {**pool.body["spec"], "reset": {}}, len(endpoint_urls(pool))
+    def plan_options(self, pool: Pool) -> tuple[SandboxPoolSpec, int | None]:
+        """The default reset, which recycles nothing (the operator cannot recreate a machine it
+        did not make), and no more sandboxes than endpoints."""
+        return pool.spec.model_copy(update={"reset": Reset()}), len(endpoint_urls(pool))
 
     def repairs(
         self, pool: Pool, children: list[Summary], probes: dict[str, Probe], settings: Settings
