@@ -58,7 +58,7 @@ def by_service_env(url: str) -> str:
 
 
 def _sglang(cfg: Any, policy: Policy) -> Engine:
-    from kubecua_trainer.engines.sglang import SGLangEngine
+    from kubecua_trainer.engines.sglang import READY_TIMEOUT_S, SGLangEngine
 
     urls = sglang_urls(cfg)
     if not urls:
@@ -66,7 +66,8 @@ def _sglang(cfg: Any, policy: Policy) -> Engine:
             "rollout.engine sglang needs rollout.sglangUrls (or KUBECUA_SGLANG_URLS, which the "
             "operator sets for the servers it runs)"
         )
-    return SGLangEngine(urls, policy.image_pad_id)
+    # The operator starts the servers with the trainer: wait for them before the first request.
+    return SGLangEngine(urls, policy.image_pad_id, ready_timeout_s=READY_TIMEOUT_S)
 
 
 ENGINES: dict[str, Callable[[Any, Policy], Engine]] = {"hf": _hf, "sglang": _sglang}

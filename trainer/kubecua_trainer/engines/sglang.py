@@ -23,6 +23,11 @@ response shapes are tested against a small loopback server (tests/test_engine_sg
   server GPUs joining the trainer's world), works for any number of trainer ranks and servers,
   and its cost (a 3B bf16 write + load, seconds) is hidden by rollout.maxStaleness >= 1.
   /update_weights_from_tensor is for servers colocated on the trainer's GPUs, which we do not run.
+- Before its first request the engine waits until every server answers GET /health (wait_ready):
+  the operator starts the trainer and the sglang Deployment together, and a server refuses
+  connections while it loads the model, then answers 503 until its warm-up is done (sglang's
+  /health while server_status is Starting). Without the wait the first /generate or
+  /update_weights_from_disk fails with EngineError, which no episode catches: the run dies.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import base64
 import io
 import itertools
 import logging
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +48,12 @@ from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams
 
 log = logging.getLogger(__name__)
 SGLANG_VERSION = "0.5.3"  # the sglang release whose native API this client speaks
+# How long build_engine's engine waits for its servers to come up: loading a 3B model from a
+# freshly pulled multi-GB image, then CUDA-graph capture and warm-up, takes minutes.
+READY_TIMEOUT_S = 600.0
+HEALTH_TIMEOUT_S = 10.0  # one GET /health (sglang may answer it by generating one token)
+BACKOFF_S = (0.2, 5.0)  # first and longest pause between two tries at a server not yet up
+LOG_EVERY_S = 30.0
 
 
 def collapse_image_pads(ids: list[int], pad_id: int) -> list[int]:
@@ -100,19 +112,102 @@ def parse_generation(body: dict[str, Any], sampling: SamplingParams) -> Generati
     return Generation(gen.token_ids, gen.logprobs, reason)
 
 
-class SGLangEngine:
-    """Round-robins requests over sglang servers; one shared httpx client."""
+def _not_up(resp: httpx.Response) -> bool:
+    """A server still starting: sglang answers 503 until its warm-up is done, and a proxy in
+    front of it 502/503/504 until its backend is. Any other answer means the server is up: 200,
+    or (a server without sglang's /health route, such as a gateway) an error its first real
+    request will report with its own words."""
+    return resp.status_code >= 500
 
-    def __init__(self, urls: list[str], image_pad_id: int, timeout_s: float = 600.0):
+
+async def _health(client: httpx.AsyncClient, url: str) -> str | None:
+    """None when url is up, else why not (for the log and the final error)."""
+    try:
+        resp = await client.get(f"{url}/health", timeout=HEALTH_TIMEOUT_S)
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:  # waiting will not mend it
+        raise EngineError(f"sglang URL {url!r} is not an http(s) URL: {exc}") from exc
+    except httpx.HTTPError as exc:  # refused, unresolved, timed out: not up yet
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if _not_up(resp):
+        return f"HTTP {resp.status_code}"
+    if resp.status_code != 200:
+        log.warning("sglang %s/health answered HTTP %d; taking it as up", url, resp.status_code)
+    return None
+
+
+async def wait_for_servers(client: httpx.AsyncClient, urls: list[str], timeout_s: float) -> None:
+    """Return once every url answers GET /health (see _not_up); retry connection errors and 5xx
+    with a growing pause; log which urls it still waits for; raise EngineError naming those
+    that never answered within timeout_s."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    waiting = {u: "not asked yet" for u in urls}
+    pause, last_log = BACKOFF_S[0], None
+    while True:
+        reasons = await asyncio.gather(*(_health(client, u) for u in waiting))
+        waiting = {u: r for u, r in zip(waiting, reasons, strict=True) if r is not None}
+        now = time.monotonic()
+        if not waiting:
+            if last_log is not None:
+                log.info("sglang servers up after %.0fs: %s", now - started, ", ".join(urls))
+            return
+        if now >= deadline:
+            why = "; ".join(f"{u} ({r})" for u, r in waiting.items())
+            raise EngineError(
+                f"sglang servers did not answer GET /health within {timeout_s:g}s: {why}. "
+                "Check that the sglang pods are running and ready (kubectl get pods; kubectl "
+                "logs for a crash, an out-of-memory kill or a model that failed to load) and "
+                "that the URLs are right (rollout.sglangUrls, or KUBECUA_SGLANG_URLS that the "
+                "operator sets)"
+            )
+        if last_log is None or now - last_log >= LOG_EVERY_S:
+            still = ", ".join(f"{u} ({r})" for u, r in waiting.items())
+            log.info("waiting for sglang servers (%.0fs left): %s", deadline - now, still)
+            last_log = now
+        await asyncio.sleep(min(pause, max(0.0, deadline - now)))
+        pause = min(pause * 2, BACKOFF_S[1])
+
+
+class SGLangEngine:
+    """Round-robins requests over sglang servers; one shared httpx client.
+
+    ready_timeout_s: before its first request the engine waits this long at most for every
+    server to answer GET /health (build_engine passes READY_TIMEOUT_S); None sends requests
+    straight away, to servers known to be up."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        image_pad_id: int,
+        timeout_s: float = 600.0,
+        ready_timeout_s: float | None = None,
+    ):
         if not urls:
             raise ValueError("sglang engine needs at least one URL")
+        if ready_timeout_s is not None and ready_timeout_s < 0:
+            raise ValueError(f"sglang ready_timeout_s must be >= 0, got {ready_timeout_s}")
         self.urls = [u.rstrip("/") for u in urls]
         self.image_pad_id = image_pad_id
+        self.ready_timeout_s = ready_timeout_s
         self._next = itertools.cycle(self.urls)
         self._client = httpx.AsyncClient(timeout=timeout_s)
+        self._ready: asyncio.Future[None] | None = None  # one wait shared by every request
         self.weights_step: int | None = None  # the step whose weights the servers hold
 
+    async def wait_ready(self) -> None:
+        """Wait (once; concurrent callers share the wait and its outcome) until every server
+        answers its health endpoint; a no-op without ready_timeout_s."""
+        if self.ready_timeout_s is None:
+            return
+        if self._ready is None:
+            self._ready = asyncio.ensure_future(
+                wait_for_servers(self._client, self.urls, self.ready_timeout_s)
+            )
+        # shield: one cancelled episode must not cancel the wait the others share
+        await asyncio.shield(self._ready)
+
     async def _post(self, url: str, payload: dict[str, Any]) -> dict[str, Any]:
+        await self.wait_ready()
         try:
             resp = await self._client.post(url, json=payload)
         except httpx.HTTPError as exc:
@@ -151,4 +246,6 @@ class SGLangEngine:
         self.weights_step = step
 
     async def close(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.cancel()  # a stop while waiting: no wait outlives the client
         await self._client.aclose()
