@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench.testing.http import episode_api_handler
+
 RECORDING = Path(__file__).parent / "recordings" / "typeword"
 
 
@@ -154,37 +156,7 @@ class ReplaySandbox:
                      "setup_seconds": ep.start_seconds * self.latency_scale}  # fmt: skip
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        sandbox = self
+        def readyz() -> tuple[int, dict[str, Any]]:
+            return 200, {"ready": True, "busy": self._current is not None}
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _reply(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _route(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
-                if self.path == "/readyz":
-                    busy = sandbox._current is not None
-                    return self._reply(200, {"ready": True, "busy": busy})
-                if self.headers.get("Authorization") != f"Bearer {sandbox.token}":
-                    return self._reply(401, {"detail": "bad token", "reason": "Unauthorized"})
-                self._reply(*sandbox.handle(method, self.path, body))
-
-            def do_GET(self) -> None:
-                self._route("GET")
-
-            def do_POST(self) -> None:
-                self._route("POST")
-
-            def do_DELETE(self) -> None:
-                self._route("DELETE")
-
-        return Handler
+        return episode_api_handler(self.token, readyz, self.handle)

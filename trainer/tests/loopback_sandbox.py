@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import threading
 import time
 import uuid
@@ -24,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from PIL import Image
+
+from bench.testing.http import episode_api_handler
 
 TOKEN = "test-token"
 
@@ -64,41 +65,10 @@ class LoopbackSandbox:
         self.server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        sandbox = self
+        def readyz() -> tuple[int, dict[str, Any]]:
+            return 200 if self.ready else 503, {"ready": self.ready, "busy": False}
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _reply(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _route(self, method: str) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null")
-                if self.path == "/readyz":
-                    ok = sandbox.ready
-                    return self._reply(200 if ok else 503, {"ready": ok, "busy": False})
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    return self._reply(401, {"detail": "bad token", "reason": "Unauthorized"})
-                code, out = sandbox.handle(method, self.path, body)
-                self._reply(code, out)
-
-            def do_GET(self) -> None:
-                self._route("GET")
-
-            def do_POST(self) -> None:
-                self._route("POST")
-
-            def do_DELETE(self) -> None:
-                self._route("DELETE")
-
-        return Handler
+        return episode_api_handler(TOKEN, readyz, self.handle)
 
     def handle(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         with self.lock:

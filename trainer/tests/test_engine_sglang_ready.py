@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bench.testing.http import send_json
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.sglang import SGLangEngine
 
@@ -51,12 +52,7 @@ class StartingServer:
 
             def _send(self, code: int, body: Any) -> None:
                 outer.seen.append((self.command, self.path, code))
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, body)
                 if code == 503:
                     outer.answered_503.set()
 
