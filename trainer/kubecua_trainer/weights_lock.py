@@ -22,14 +22,13 @@ from typing import Any
 
 class WeightsLock:
     """A re-entrant lock (threading.RLock's interface) whose acquisition first waits for the
-    update handed to defer(), once; waited_seconds adds up those waits."""
+    update handed to defer(), once; wait_log records those waits."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._pending: Callable[[], Any] | None = None
-        self.waited_seconds = 0.0  # time acquirers spent settling deferred updates
-        self.waits = 0  # acquisitions that settled one (finished or not)
-        # (time.time() at its end, seconds) of the last waits, for bench-loop's time split
+        # (time.time() at its end, seconds) of each acquisition that settled an update (finished
+        # or not), the last 1,024: bench-loop sums those inside its measured window
         self.wait_log: deque[tuple[float, float]] = deque(maxlen=1024)
 
     def defer(self, settle: Callable[[], Any]) -> None:
@@ -62,6 +61,14 @@ class WeightsLock:
     def pending(self) -> bool:
         return self._pending is not None
 
+    @property
+    def waits(self) -> int:
+        return len(self.wait_log)
+
+    @property
+    def waited_seconds(self) -> float:
+        return sum(seconds for _, seconds in self.wait_log)
+
     def _settle(self) -> None:
         settle = self._pending
         if settle is None:
@@ -69,7 +76,4 @@ class WeightsLock:
         start = time.perf_counter()
         settle()  # raises while the update is broken: it stays pending
         self._pending = None
-        seconds = time.perf_counter() - start
-        self.waits += 1
-        self.waited_seconds += seconds
-        self.wait_log.append((time.time(), seconds))
+        self.wait_log.append((time.time(), time.perf_counter() - start))
