@@ -34,6 +34,9 @@ def parse(argv: list[str] | None) -> SessionConfig:
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--cdp-port", type=int, default=9222)
     p.add_argument("--vlc-port", type=int, default=8080)
+    p.add_argument(
+        "--vlc-host", default="127.0.0.1", help="VLC web interface address (VM: 0.0.0.0)"
+    )
     p.add_argument("--home", type=Path, default=Path.home())
     p.add_argument("--runtime-dir", type=Path, help="XDG_RUNTIME_DIR (default: a temporary dir)")
     p.add_argument("--token-file", type=Path, help="else KUBECUA_SANDBOX_TOKEN(_FILE)")
@@ -43,8 +46,8 @@ def parse(argv: list[str] | None) -> SessionConfig:
         os.environ["KUBECUA_SANDBOX_TOKEN_FILE"] = str(a.token_file)
     return SessionConfig(
         display=a.display, width=a.width, height=a.height, host=a.host, port=a.port,
-        cdp_port=a.cdp_port, vlc_port=a.vlc_port, home=a.home.resolve(), token=read_token(),
-        trust_loopback=a.trust_loopback, runtime_dir=a.runtime_dir,
+        cdp_port=a.cdp_port, vlc_port=a.vlc_port, vlc_host=a.vlc_host, home=a.home.resolve(),
+        token=read_token(), trust_loopback=a.trust_loopback, runtime_dir=a.runtime_dir,
     )  # fmt: skip
 
 

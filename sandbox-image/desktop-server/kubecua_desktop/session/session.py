@@ -20,6 +20,7 @@ from typing import cast
 import httpx
 from PIL import Image
 
+from kubecua_desktop.session import start_state
 from kubecua_desktop.session.procs import Child, read_line_from_fd
 from kubecua_desktop.session.setup_home import prepare_home
 from kubecua_desktop.session.xserver import start_xvfb
@@ -35,7 +36,8 @@ TERMINAL_KEY = """<keyboard>
   <keybind key="C-A-t">
     <action name="Execute"><command>gnome-terminal</command></action>
   </keybind>"""
-# No hardware here: a null sink stands in for the speakers, at PulseAudio's default volume.
+# No hardware here: a null sink stands in for the speakers, at the start state's volume (a null
+# sink starts at 100%, where OSWorld's VM does not; start_state.py).
 PULSE_SCRIPT = """load-module module-native-protocol-unix auth-anonymous=1
 load-module module-null-sink sink_name=kubecua sink_properties=device.description=Speakers
 set-default-sink kubecua
@@ -51,6 +53,9 @@ class SessionConfig:
     port: int = 5000
     cdp_port: int = 9222
     vlc_port: int = 8080
+    # Where VLC's web interface listens: loopback where the episode server shares the host or
+    # pod, every address in a VM (the episode server reaches it from outside).
+    vlc_host: str = "127.0.0.1"
     home: Path = field(default_factory=lambda: Path.home())
     token: str | None = None
     trust_loopback: bool = False
@@ -183,7 +188,7 @@ class DesktopSession:
             log.warning("pulseaudio missing: no sound device (volume tasks will fail)")
             return
         script = self.runtime / "pulse.pa"
-        script.write_text(PULSE_SCRIPT)
+        script.write_text(PULSE_SCRIPT + "\n".join(start_state.pulse_commands("kubecua")) + "\n")
         argv = ["pulseaudio", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
                 "-n", "-F", str(script), "--log-target=stderr"]  # fmt: skip
         pulse = self._spawn("pulseaudio", argv)

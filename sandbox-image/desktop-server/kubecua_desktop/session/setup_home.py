@@ -1,7 +1,9 @@
 """Prepare the session's home the way OSWorld's image has it: Desktop and friends, a wallpaper,
 VLC's HTTP interface on the session's port with its first-run question answered, Chrome's profile
-directory, a LibreOffice profile past its first start, and a default video player that is not VLC
-(OSWorld's Ubuntu opens videos in its own player; tasks ask to make VLC the default)."""
+(Chrome's search engines, past its first run), a LibreOffice profile past its first start, GNOME
+settings in dconf, and a default video player that is not VLC (OSWorld's Ubuntu opens videos in its
+own player; tasks ask to make VLC the default). The values and their sources are
+osworld_start_state.toml (start_state.py applies it)."""
 
 from __future__ import annotations
 
@@ -14,21 +16,12 @@ from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw
 
+from kubecua_desktop.session import chrome_profile, start_state
+
 if TYPE_CHECKING:
     from kubecua_desktop.session.session import SessionConfig
 
 WALLPAPER_KEY = ["org.gnome.desktop.background", "picture-uri"]
-# VLC's HTTP interface as OSWorld's getters expect it (password "password"), on our port.
-VLCRC = """[qt]
-qt-privacy-ask=0
-[core]
-metadata-network-access=0
-extraintf=http
-[http]
-host=127.0.0.1
-port={port}
-password=password
-"""
 
 
 # LibreOffice's first start shows "Tip of the Day", a dialog that appears a moment after the
@@ -45,7 +38,6 @@ XCU = (
     ' xmlns:xs="http://www.w3.org/2001/XMLSchema"'
     ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n{items}\n</oor:items>\n'
 )
-MISC = "/org.openoffice.Office.Common/Misc"
 
 
 def libreoffice_version() -> str | None:
@@ -65,7 +57,7 @@ def libreoffice_profile(home: Path) -> None:
     xcu = home / ".config/libreoffice/4/user/registrymodifications.xcu"
     if xcu.exists():  # a profile the user brought: theirs to keep
         return
-    settings = [(MISC, "ShowTipOfTheDay", "false"), (MISC, "FirstRun", "false")]
+    settings = start_state.libreoffice_items()  # past its first start, MS formats by default
     version = libreoffice_version()
     if version:  # the version it last ran: no "what's new" bar
         settings.append(("/org.openoffice.Setup/Product", "ooSetupLastVersion", version))
@@ -123,13 +115,16 @@ def prepare_home(config: SessionConfig, env: Mapping[str, str]) -> None:
         (home / sub).mkdir(parents=True, exist_ok=True)
     vlcrc = home / ".config/vlc/vlcrc"
     if not vlcrc.exists():
-        vlcrc.write_text(VLCRC.format(port=config.vlc_port))
+        vlcrc.write_text(start_state.vlcrc(config.vlc_host, config.vlc_port))
+    start_state.chrome_first_run(home)
+    chrome_profile.seed_profile(home, Path(env["KUBECUA_CHROME_BIN"]))
     default_video_player(home)
     libreoffice_profile(home)
     wallpaper = home / ".local/share/backgrounds/kubecua.png"
     if not wallpaper.exists():
         wallpaper.parent.mkdir(parents=True, exist_ok=True)
         default_wallpaper(wallpaper, config.width, config.height)
+    start_state.apply_dconf(env)
     run = dict(env=dict(env), capture_output=True, timeout=30, check=True)
     subprocess.run(["gsettings", "set", *WALLPAPER_KEY, f"file://{wallpaper}"], **run)  # type: ignore[call-overload]
     # Nothing GNOME-like draws that setting here: paint the root window (feh; else a solid colour).

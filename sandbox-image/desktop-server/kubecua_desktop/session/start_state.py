@@ -1,0 +1,79 @@
+"""OSWorld's start state (osworld_start_state.toml beside this file) applied to a session:
+GNOME settings into the user's dconf database, the sound server's volume, VLC's and LibreOffice's
+configuration, and Chrome's first-run files. Chrome's profile itself is chrome_profile.py.
+
+Applied on every session start, before the episode server takes its baseline, so a fresh desktop
+and every reset start from it."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PROFILE = Path(__file__).resolve().parent / "osworld_start_state.toml"
+FULL_VOLUME = 65536  # PulseAudio's 100%: pactl's percent is raw / 65536
+
+
+@dataclass(frozen=True)
+class Setting:
+    schema: str
+    key: str
+    value: str  # GVariant text, as `gsettings get` prints it
+
+
+@cache
+def load() -> dict[str, Any]:
+    with PROFILE.open("rb") as f:
+        return tomllib.load(f)
+
+
+def dconf_settings() -> list[Setting]:
+    return [Setting(e["schema"], e["key"], e["value"]) for e in load()["dconf"]]
+
+
+def volume_raw() -> int:
+    return FULL_VOLUME * int(load()["audio"]["volume_percent"]) // 100
+
+
+def pulse_commands(sink: str) -> list[str]:
+    """Lines for PulseAudio's start-up script: the sink's volume and mute as the profile says."""
+    audio = load()["audio"]
+    return [f"set-sink-volume {sink} {volume_raw()}",
+            f"set-sink-mute {sink} {'1' if audio['mute'] else '0'}"]  # fmt: skip
+
+
+def vlcrc(host: str, port: int) -> str:
+    """~/.config/vlc/vlcrc. VLC reads options by their full names (http-port, not [http] port),
+    and its web interface refuses to start without http-password."""
+    settings = dict(load()["vlc"]["settings"], **{"http-host": host, "http-port": str(port)})
+    return "[core]\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def libreoffice_items() -> list[tuple[str, str, str]]:
+    return [(e["path"], e["name"], e["value"]) for e in load()["libreoffice"]]
+
+
+def apply_dconf(env: Mapping[str, str]) -> None:
+    """Writes every GNOME setting of the profile through gsettings (the session's D-Bus and
+    dconf database). A schema that is not installed is an error: a task reading that key with
+    gsettings would fail on this desktop."""
+    for s in dconf_settings():
+        argv = ["gsettings", "set", s.schema, s.key, s.value]
+        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+
+def chrome_first_run(home: Path) -> None:
+    """A Chrome past its first run, with the keyring file OSWorld's set-up leaves."""
+    user_data = home / ".config/google-chrome"
+    user_data.mkdir(parents=True, exist_ok=True)
+    (user_data / "First Run").touch()
+    keyring = home / ".local/share/keyrings/login.keyring"
+    keyring.parent.mkdir(parents=True, exist_ok=True)
+    keyring.touch()

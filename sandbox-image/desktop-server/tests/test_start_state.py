@@ -1,0 +1,123 @@
+"""A fresh desktop session starts where OSWorld's VM starts (osworld_start_state.toml): every value
+of the profile read back from the running desktop through the tools tasks use (gsettings, pactl)
+and the files apps read (vlcrc, LibreOffice's registry, Chrome's Preferences and Web Data), and
+Chrome started as a task starts it leaves its profile so. desktop-env's own getters read the same
+values in sandbox-image/episode-server/tests/test_start_state.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubecua_desktop.session import start_state
+from tests.conftest import Desktop, free_port, run, wait_for
+
+CHROME = start_state.load()["chrome"]
+
+
+def _sh(desktop: Desktop, command: str) -> dict[str, Any]:
+    return dict(run(desktop, command, shell=True))
+
+
+def _engines(user_data: Path) -> dict[str, int]:
+    """Prepopulated engine name -> prepopulate id, from the profile's Web Data (read-only)."""
+    uri = f"file:{user_data / 'Default/Web Data'}?mode=ro&immutable=1"
+    with sqlite3.connect(uri, uri=True) as db:
+        rows = db.execute(
+            "select short_name, prepopulate_id from keywords where prepopulate_id > 0"
+        )
+        return dict(rows.fetchall())
+
+
+def _preferences(user_data: Path) -> dict[str, Any]:
+    return dict(json.loads((user_data / "Default/Preferences").read_text()))
+
+
+def _default_engine(prefs: dict[str, Any]) -> str:
+    data = prefs.get("default_search_provider_data", {}).get("template_url_data", {})
+    return str(data.get("short_name", "Google"))  # desktop-env's getter: absent means Google
+
+
+def test_gnome_settings_start_at_the_start_states_values(desktop: Desktop) -> None:
+    wrong = {}
+    for s in start_state.dconf_settings():
+        got = _sh(desktop, f"gsettings get {s.schema} {s.key}")
+        if got["returncode"] != 0 or got["output"].strip() != s.value:
+            wrong[f"{s.schema} {s.key}"] = (got["output"].strip() or got["error"], s.value)
+    assert not wrong, wrong
+
+
+def test_screen_lock_and_blanking_are_off_on_a_fresh_desktop(desktop: Desktop) -> None:
+    """The keys a 'turn on automatic screen lock' task checks read as on OSWorld's VM."""
+    lock = _sh(desktop, "gsettings get org.gnome.desktop.screensaver lock-enabled")["output"]
+    idle = _sh(desktop, "gsettings get org.gnome.desktop.session idle-delay")["output"]
+    assert (lock, idle) == ("false\n", "uint32 0\n")
+
+
+def test_sound_starts_below_full_volume_unmuted(desktop: Desktop) -> None:
+    volume = _sh(desktop, "pactl get-sink-volume @DEFAULT_SINK@")["output"]
+    percents = set(re.findall(r"(\d+)%", volume))
+    assert percents == {str(start_state.load()["audio"]["volume_percent"])}, volume
+    assert _sh(desktop, "pactl get-sink-mute @DEFAULT_SINK@")["output"].strip() == "Mute: no"
+
+
+def test_vlc_config_turns_on_its_web_interface_with_osworlds_password(desktop: Desktop) -> None:
+    lines = (desktop.home / ".config/vlc/vlcrc").read_text().splitlines()
+    found = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert start_state.load()["vlc"]["settings"].items() <= found.items()
+    assert found["http-port"] == str(desktop.info.vlc_port)
+
+
+def test_libreoffice_profile_holds_every_start_state_item(desktop: Desktop) -> None:
+    xcu = (desktop.home / ".config/libreoffice/4/user/registrymodifications.xcu").read_text()
+    for path, name, value in start_state.libreoffice_items():
+        item = f'oor:path="{path}"><prop oor:name="{name}" oor:op="fuse"><value>{value}</value>'
+        assert item in xcu, (path, name)
+
+
+def test_chrome_profile_starts_with_chromes_engines_and_google(desktop: Desktop) -> None:
+    user_data = desktop.home / ".config/google-chrome"
+    assert sorted(_engines(user_data)) == sorted(CHROME["engines"])
+    assert _engines(user_data)["Bing"] == 3  # Chrome's Bing, renamed, not a new engine
+    prefs = _preferences(user_data)
+    assert _default_engine(prefs) == CHROME["default_engine"]
+    assert "default_content_setting_values" not in prefs.get("profile", {})
+    assert (user_data / "First Run").exists()
+    assert (desktop.home / ".local/share/keyrings/login.keyring").exists()
+
+
+def test_chrome_started_by_a_task_keeps_the_profile_without_a_migration_marker(
+    desktop: Desktop,
+) -> None:
+    """OSWorld's tasks start `google-chrome --remote-debugging-port=1337`; the browser's first
+    start must not write profile.default_content_setting_values, nor change the engines."""
+    if _sh(desktop, "command -v google-chrome")["returncode"] != 0:
+        pytest.skip("google-chrome wrapper not on the session PATH")
+    user_data = desktop.home / ".config/google-chrome"
+    before = (user_data / "Default/Preferences").stat().st_mtime_ns
+    port = free_port()
+    launched = desktop.client.post(
+        "/setup/launch", json={"command": ["google-chrome", f"--remote-debugging-port={port}"]}
+    )
+    assert launched.status_code == 200, launched.text
+    try:
+        wait_for(lambda: "chrome" in _sh(desktop, "wmctrl -lx")["output"].lower(), 90,
+                 "a Chrome window")  # fmt: skip
+    finally:
+        # Closed as a user closes it (the episode server does the same before profile getters):
+        # Chromium writes its whole profile.
+        _sh(
+            desktop, "wmctrl -lx | awk 'tolower($3) ~ /chrom/ {print $1}' | xargs -rn1 wmctrl -i -c"
+        )
+        mine = 'pgrep -f -- "--user-data-dir=$HOME/.config/google-chrome"'  # not other sessions'
+        wait_for(lambda: _sh(desktop, mine)["returncode"] != 0, 60, "Chrome to exit")
+    assert (user_data / "Default/Preferences").stat().st_mtime_ns != before, "Chrome never wrote"
+    prefs = _preferences(user_data)
+    assert "default_content_setting_values" not in prefs["profile"], prefs["profile"]
+    assert _default_engine(prefs) == "Google"
+    assert sorted(_engines(user_data)) == sorted(CHROME["engines"])
