@@ -23,6 +23,8 @@ from pydantic.alias_generators import to_camel
 
 from kubecua_api.common import ApiModel, Condition, DateTime, Quantity, conditions, defaulted
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
+from kubecua_api.curriculum import CurriculumConfig
+from kubecua_api.lora import LoraConfig
 
 HTTP_URL = r"^https?://"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -49,6 +51,12 @@ class ModelConfig(ApiModel):
     freeze_vision: bool = Field(
         default=False,
         description="Train the language model only; the vision encoder keeps its loaded weights.",
+    )
+    lora: LoraConfig | None = Field(
+        default=None,
+        description="Train a LoRA adapter (peft) instead of the weights: the optimizer and the"
+        " checkpoints hold the adapter alone, in peft's layout (`python -m kubecua_trainer"
+        " export-merged` writes a merged model).",
     )
 
 
@@ -150,6 +158,16 @@ class TasksConfig(ApiModel):
         if (self.config_map_ref is None) == (self.path is None):
             raise ValueError("set exactly one of configMapRef, path")
         return self
+
+
+class TrainingTasksConfig(TasksConfig):
+    """spec.tasks: the training tasks, and how each step draws from them."""
+
+    curriculum: CurriculumConfig | None = Field(
+        default=None,
+        description="Draw tasks by their running pass rate instead of uniformly (`{}` for the"
+        " defaults); absent: every task once per epoch, in a seeded order.",
+    )
 
 
 class ClipConfig(ApiModel):
@@ -429,7 +447,7 @@ class TrainingRunSpec(ApiModel):
     sandboxes: SandboxesConfig = Field(
         description="Where desktops come from. Set exactly one of poolRef, urls and local."
     )
-    tasks: TasksConfig = Field(
+    tasks: TrainingTasksConfig = Field(
         description="OSWorld tasks to train on. Set exactly one of configMapRef and path."
     )
     algorithm: AlgorithmConfig = defaulted(AlgorithmConfig, "GRPO hyper-parameters.")

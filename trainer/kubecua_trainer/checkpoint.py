@@ -10,6 +10,8 @@ writes the same layout from rank 0, with the optimizer state keyed by parameter 
 state per rank. Any checkpoint resumes at any world size (1 included): the model is full, the
 optimizer state is converted between its two layouts (Learner.load_state_dict), rank r takes the
 saved rank r's RNG state (a rank the checkpoint did not have keeps its fresh seed).
+With spec.model.lora the model files are the adapter alone, in peft's layout (adapter_config.json,
+adapter_model.safetensors; lora.py), and optimizer.pt holds the adapter's state alone.
 """
 
 from __future__ import annotations
@@ -26,8 +28,17 @@ import numpy as np
 import torch
 from transformers import AutoModelForImageTextToText
 
+from kubecua_trainer.config import ConfigError
 from kubecua_trainer.distributed import Dist
 from kubecua_trainer.learner import Learner
+from kubecua_trainer.lora import (
+    adapter_param_names,
+    check_layout,
+    is_lora,
+    load_adapter,
+    read_adapter,
+    save_adapter,
+)
 from kubecua_trainer.model import Policy
 from kubecua_trainer.replay import SuccessReplay
 
@@ -67,7 +78,7 @@ def save_checkpoint(
     """Write <dir>/step-<step> atomically (temp dir, then rename); returns its path."""
     final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
     with policy.lock:
-        policy.model.save_pretrained(tmp)  # type: ignore[operator]
+        _save_model(tmp, policy.model)
         torch.save(learner.state_dict(), tmp / "optimizer.pt")
     policy.processor.save_pretrained(tmp)
     if replay is not None:
@@ -116,12 +127,20 @@ def load_checkpoint(
     """Restore weights, optimizer, replay and RNG into live objects; returns {step, extra}."""
     ckpt = Path(path)
     state = json.loads((ckpt / STATE_FILE).read_text())
-    dtype = next(policy.model.parameters()).dtype
-    loaded = AutoModelForImageTextToText.from_pretrained(ckpt, dtype=dtype, local_files_only=True)
-    with policy.lock:
-        policy.model.load_state_dict(loaded.state_dict())
-        learner.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
-    del loaded
+    check_layout(ckpt, policy.model)
+    if is_lora(policy.model):
+        with policy.lock:
+            load_adapter(ckpt, policy.model)
+            learner.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+    else:
+        dtype = next(policy.model.parameters()).dtype
+        loaded = AutoModelForImageTextToText.from_pretrained(
+            ckpt, dtype=dtype, local_files_only=True
+        )
+        with policy.lock:
+            policy.model.load_state_dict(loaded.state_dict())
+            learner.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+        del loaded
     if replay is not None and (ckpt / "replay.pt").is_file():
         replay.load_state_dict(torch.load(ckpt / "replay.pt", weights_only=True))
     if (ckpt / "rng.pt").is_file():
@@ -133,6 +152,26 @@ def _rank_states(saved: dict[str, Any]) -> list[Any]:
     """rng.pt as one RNG state per saved rank: a distributed checkpoint holds {"ranks": [...]},
     a single process's one state."""
     return saved.get("ranks", [saved])
+
+
+def _save_model(
+    dir: Path, model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None
+) -> None:
+    """The model's files: the adapter alone with LoRA, else the HF model (state: gathered)."""
+    if is_lora(model):
+        save_adapter(dir, model, state)
+    elif state is not None:
+        model.save_pretrained(dir, state_dict=state)  # type: ignore[operator]
+    else:
+        model.save_pretrained(dir)  # type: ignore[operator]
+
+
+def _gather(model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
+    """The sharded model's full state on rank 0 (keep): the adapter's tensors alone with LoRA."""
+    from kubecua_trainer.sharded import full_state
+
+    names = set(adapter_param_names(model)) if is_lora(model) else None
+    return full_state(model, keep=keep, names=names)
 
 
 def _fresh_tmp(root: Path, name: str) -> tuple[Path, Path]:
@@ -176,7 +215,7 @@ def save_weights(dir: str | Path, step: int, policy: Policy, keep: int = 2) -> s
     disk every step (sglang); not a checkpoint (no optimizer, no RNG). Keeps the last `keep`."""
     final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
     with policy.lock:
-        policy.model.save_pretrained(tmp)  # type: ignore[operator]
+        _save_model(tmp, policy.model)
     (tmp / STATE_FILE).write_text(json.dumps({"step": step}))
     path = _publish_dir(tmp, final)
     prune_checkpoints(dir, keep)
@@ -185,13 +224,11 @@ def save_weights(dir: str | Path, step: int, policy: Policy, keep: int = 2) -> s
 
 def save_sharded_weights(dir: str | Path, step: int, policy: Policy, d: Dist, keep: int = 2) -> str:
     """save_weights for an FSDP2-sharded policy: gathered by all ranks, written by rank 0."""
-    from kubecua_trainer.sharded import full_state
-
-    state = full_state(policy.model, keep=d.is_main)
+    state = _gather(policy.model, keep=d.is_main)
     path = str(Path(dir) / f"step-{step:08d}")
     if d.is_main:
         final, tmp = _fresh_tmp(Path(dir), f"step-{step:08d}")
-        policy.model.save_pretrained(tmp, state_dict=state)  # type: ignore[operator]
+        _save_model(tmp, policy.model, state)
         (tmp / STATE_FILE).write_text(json.dumps({"step": step}))
         path = _publish_dir(tmp, final)
         prune_checkpoints(dir, keep)
@@ -210,15 +247,13 @@ def save_sharded_checkpoint(
     """The distributed checkpoint, in the same layout as save_checkpoint: the model gathered to
     full tensors, the optimizer state keyed by parameter name (any world size can resume it) and
     every rank's RNG states in rng.pt. Every rank calls it; rank 0 alone writes."""
-    from kubecua_trainer.sharded import full_state
-
-    state = full_state(policy.model, keep=d.is_main)
+    state = _gather(policy.model, keep=d.is_main)
     optimizer = learner.state_dict()
     rngs = d.gather_to_main(_rng_state())
     final = Path(dir) / f"step-{step:08d}"
     if d.is_main:
         final, tmp = _fresh_tmp(Path(dir), final.name)
-        policy.model.save_pretrained(tmp, state_dict=state)  # type: ignore[operator]
+        _save_model(tmp, policy.model, state)
         torch.save(optimizer, tmp / "optimizer.pt")
         policy.processor.save_pretrained(tmp)
         if replay is not None:
@@ -248,14 +283,27 @@ def load_sharded_checkpoint(
     opt: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     rngs: list[Any] | None = None
+    lora = is_lora(policy.model)
+    problem: str | None = None
+    if d.is_main:
+        try:
+            check_layout(ckpt, policy.model)
+        except ConfigError as err:
+            problem = str(err)
+    problem = d.broadcast(problem)  # every rank stops on it, none waits for the others
+    if problem is not None:
+        raise ConfigError(problem)
     if d.is_main:
         meta = json.loads((ckpt / STATE_FILE).read_text())
-        dtype = next(policy.model.parameters()).dtype
-        loaded = AutoModelForImageTextToText.from_pretrained(
-            ckpt, dtype=dtype, local_files_only=True
-        )
-        model_state = loaded.state_dict()
-        del loaded
+        if lora:
+            model_state = read_adapter(ckpt)
+        else:
+            dtype = next(policy.model.parameters()).dtype
+            loaded = AutoModelForImageTextToText.from_pretrained(
+                ckpt, dtype=dtype, local_files_only=True
+            )
+            model_state = loaded.state_dict()
+            del loaded
         opt = torch.load(ckpt / "optimizer.pt", weights_only=True)
         saved = (
             _rank_states(torch.load(ckpt / "rng.pt", weights_only=True))
@@ -264,7 +312,7 @@ def load_sharded_checkpoint(
         )
         rngs = [saved[r] if r < len(saved) else None for r in range(d.world)]
     meta = d.broadcast(meta)
-    load_full_state(policy.model, model_state)
+    load_full_state(policy.model, model_state, strict=not lora)
     learner.load_state_dict(opt if d.is_main else {"steps": 0})
     learner.steps = d.broadcast(learner.steps)
     if replay is not None:

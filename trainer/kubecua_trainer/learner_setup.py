@@ -7,6 +7,7 @@ import torch
 from kubecua_trainer.config import TrainingRunSpec
 from kubecua_trainer.distributed import Dist
 from kubecua_trainer.learner import Learner
+from kubecua_trainer.lora import add_adapter
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import generation_copy, shard_policy
 from kubecua_trainer.speedups.fast_paths import compile_layers
@@ -21,6 +22,7 @@ def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner, Policy | None
     policy = load_policy(
         spec.model.path, spec.model.dtype, None, spec.trainer.gradient_checkpointing
     )
+    with_adapter(policy, spec)
     reference = _reference(spec, policy)
     overlap = spec.rollout.max_staleness > 0 and spec.rollout.engine == "hf"
     gen = generation_copy(policy) if overlap else None
@@ -35,6 +37,7 @@ def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learn
     policy = load_policy(
         spec.model.path, spec.model.dtype, device, spec.trainer.gradient_checkpointing
     )
+    with_adapter(policy, spec)
     reference = _reference(spec, policy)
     gen = generation_copy(policy)
     if spec.model.freeze_vision:
@@ -43,6 +46,14 @@ def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learn
         compile_layers(policy.model)
     net = shard_policy(policy, offload=spec.trainer.optimizer_offload)
     return policy, Learner(policy, spec.algorithm, reference, net=net, dist=d), gen
+
+
+def with_adapter(policy: Policy, spec: TrainingRunSpec) -> None:
+    """spec.model.lora: a fresh adapter in the policy (lora.py), before the engine's copy, the
+    optimizer and FSDP2 see the model; the reference policy stays the base, which the fresh
+    adapter (B = 0) equals."""
+    if spec.model.lora is not None:
+        add_adapter(policy.model, spec.model.lora, spec.model.path, spec.rollout.engine)
 
 
 def _reference(spec: TrainingRunSpec, policy: Policy) -> Policy | None:

@@ -28,6 +28,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from torch.distributed.tensor import DTensor
 
 from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.lora import is_lora
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.checkpointing import layer_stacks
 from kubecua_trainer.tokens import Sample
@@ -83,8 +84,11 @@ def refresh_weights(learner_model: torch.nn.Module, gen: Policy, version: int) -
     never mixes two versions."""
     start = time.perf_counter()
     target = dict(gen.model.named_parameters())
+    adapter_only = is_lora(learner_model)  # the frozen base is the same in both copies
     with gen.lock:
         for name, p in learner_model.named_parameters():
+            if adapter_only and not p.requires_grad:
+                continue
             dst = target[name]
             # Cast the shard before the all-gather: bf16 halves the traffic of fp32 masters.
             full = _full(p.detach().to(dst.dtype))
@@ -97,10 +101,15 @@ def refresh_weights(learner_model: torch.nn.Module, gen: Policy, version: int) -
 
 
 @torch.no_grad()
-def full_state(learner_model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
-    """The gathered model state dict on the CPU where keep (rank 0); collective."""
+def full_state(
+    learner_model: torch.nn.Module, keep: bool, names: set[str] | None = None
+) -> dict[str, torch.Tensor]:
+    """The gathered model state dict on the CPU where keep (rank 0); collective. names: only
+    these entries (a LoRA adapter's), the same on every rank."""
     out: dict[str, torch.Tensor] = {}
     for name, t in learner_model.state_dict().items():
+        if names is not None and name not in names:
+            continue
         full = _full(t)
         if keep:
             out[name] = full.detach().cpu().clone()
@@ -108,9 +117,12 @@ def full_state(learner_model: torch.nn.Module, keep: bool) -> dict[str, torch.Te
     return out
 
 
-def load_full_state(learner_model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Rank 0 passes the full state, the others {}; the shards are filled by broadcast."""
-    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+def load_full_state(
+    learner_model: torch.nn.Module, state: dict[str, torch.Tensor], strict: bool = True
+) -> None:
+    """Rank 0 passes the full state, the others {}; the shards are filled by broadcast.
+    strict=False: the state covers part of the model (a LoRA adapter's)."""
+    opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=strict)
     set_model_state_dict(learner_model, dict(state), options=opts)
 
 
