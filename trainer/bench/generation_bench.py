@@ -5,13 +5,15 @@ parameters under bf16 autocast, the trainer's default precision on a GPU) and pl
 T turns in the trajectory layout: each turn adds a user turn with one 1280x720 screenshot (1,196
 image tokens) to the episode's prompt, and each reply is exactly N sampled tokens (no stop ids, so
 every path does the same work). The same prompts go to
-- plain: the old static path, generate_batch in engines/hf.py (transformers generate() on the
-  batch of E prompts, each prompt recomputed in full every turn); its prefill time is measured
-  by a separate max_new_tokens=1 run of the same batch, decode time is the rest;
-- engine: HFEngine (engines/continuous.py), each episode an independent coroutine: continuous
+- plain: the old static path, generate_batch in engines/embedded/static.py (transformers
+  generate() on the batch of E prompts, each prompt recomputed in full every turn); its prefill
+  time is measured by a separate max_new_tokens=1 run of the same batch, decode time is the rest;
+- engine: HFEngine (engines/embedded/), each episode an independent coroutine: continuous
   batching, and KV reuse so a turn prefills only its new tokens;
 - engine_graphs: the same with HFEngine(cuda_graphs=True), the decode step replayed from CUDA
-  graphs (eager on the CPU).
+  graphs (eager on the CPU), joining requests prefilled packed in one row;
+- engine_graphs_padded: the same with the joining requests right-padded to one length (the
+  prefill before issue 31).
 Prints one JSON document: per path the prompt tokens, prefilled tokens, screenshots encoded,
 prefill and decode seconds and tokens/s apart, generated tokens/s over the whole run, peak GiB,
 and the agreement of the behaviour log-probs with the learner's recomputation
@@ -42,7 +44,8 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from bench.shapes import CONFIGS, TOKEN_IDS
 from kubecua_trainer.engines.base import Generation, SamplingParams
-from kubecua_trainer.engines.hf import HFEngine, generate_batch
+from kubecua_trainer.engines.embedded.static import generate_batch
+from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths
@@ -171,8 +174,9 @@ def run_plain(policy: Policy, a: argparse.Namespace, sampling: SamplingParams) -
 
 
 def run_engine(
-    policy: Policy, a: argparse.Namespace, sampling: SamplingParams, graphs: bool = False
-) -> dict[str, Any]:
+    policy: Policy, a: argparse.Namespace, sampling: SamplingParams, graphs: bool = False,
+    packed: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     """The continuous engine: every episode its own coroutine, turns back to back."""
     episodes = [Episode(e, a.size, a.pads) for e in range(a.episodes)]
 
@@ -183,8 +187,9 @@ def run_engine(
 
     async def run() -> HFEngine:
         engine = HFEngine(
-            policy, max_batch_size=a.episodes, cache_bytes=a.cache_gib << 30, cuda_graphs=graphs
-        )
+            policy, max_batch_size=a.episodes, cache_bytes=a.cache_gib << 30, cuda_graphs=graphs,
+            packed_prefill=packed,
+        )  # fmt: skip
         await asyncio.gather(*(play(engine, ep) for ep in episodes))
         await engine.close()
         return engine
@@ -194,8 +199,9 @@ def run_engine(
     engine = asyncio.run(run())
     _sync()
     total_s = time.perf_counter() - start
-    b = engine.batcher
+    b = engine.scheduler
     assert b is not None
+    graph = b.runner.graphs
     records = list(engine.records)
     generated = engine.tokens_generated
     decode_tokens = generated - len(records)  # each request's first id comes from its prefill
@@ -216,8 +222,8 @@ def run_engine(
         "peak_gib": _peak_gib(),
         **_agreement(policy, episodes[0]),
         **(
-            {"graph_captures": b.graphs.captures, "graphs_failed": b.graphs.broken}
-            if b.graphs is not None
+            {"graph_captures": graph.captures, "graphs_failed": graph.broken}
+            if graph is not None
             else {}
         ),
     }
@@ -230,10 +236,19 @@ def run_engine_graphs(
     return run_engine(policy, a, sampling, graphs=True)
 
 
+def run_engine_graphs_padded(
+    policy: Policy, a: argparse.Namespace, sampling: SamplingParams
+) -> dict[str, Any]:
+    """Graphs, with the joining requests' prefill right-padded to one length (the reference the
+    packed prefill replaced, issue 31 item 3)."""
+    return run_engine(policy, a, sampling, graphs=True, packed=False)
+
+
 PATHS: dict[str, Callable[[Policy, argparse.Namespace, SamplingParams], dict[str, Any]]] = {
     "plain": run_plain,
     "engine": run_engine,
     "engine_graphs": run_engine_graphs,
+    "engine_graphs_padded": run_engine_graphs_padded,
 }
 
 

@@ -212,7 +212,8 @@ def summarise(
         (r["learn_started_at"], r["learn_ended_at"] + r.get("weight_refresh_seconds", 0.0))
         for r in rows
     ]
-    b = engine.batcher
+    b = engine.scheduler
+    graphs = b.runner.graphs
     episodes = sum(int(r["episodes"]) for r in measured)
     seq_tokens = sum(r.get("sequence_tokens", 0.0) for r in measured)
     learn_seconds = sum(r.get("seconds", 0.0) for r in measured)
@@ -239,8 +240,9 @@ def summarise(
             "reused_prompt_tokens": b.reused_tokens,
             "prefill_seconds": round(b.prefill_seconds, 2),
             "decode_seconds": round(b.decode_seconds, 2),
-            "cuda_graphs": b.graphs is not None and not b.graphs.broken,
-            "graph_captures": b.graphs.captures if b.graphs is not None else 0,
+            "images_encoded": b.images_encoded,
+            "cuda_graphs": graphs is not None and not graphs.broken,
+            "graph_captures": graphs.captures if graphs is not None else 0,
         },
         "learner": {
             "sequence_tokens": seq_tokens,

@@ -1,4 +1,4 @@
-"""The embedded engine's continuous batching and KV reuse (engines/continuous.py): mid-batch
+"""The embedded engine's continuous batching and KV reuse (engines/embedded/): mid-batch
 arrivals join without waiting, and reusing the KV of earlier turns gives the same ids and
 behaviour log-probs as recomputing every prompt, greedy and seeded, also when a screenshot is
 dropped or changed, and never across a weight change. Every test runs on the CPU, and on CUDA in
@@ -15,7 +15,7 @@ import torch
 
 from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation, SamplingParams
-from kubecua_trainer.engines.continuous import EngineRecord
+from kubecua_trainer.engines.embedded.sequence import EngineRecord
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.model import Policy, load_policy
@@ -74,10 +74,10 @@ def test_request_arriving_mid_batch_joins_at_the_next_step(policy: Policy) -> No
 
     async def run() -> tuple[list[Generation], Generation]:
         engine = HFEngine(policy)
-        assert engine.batcher is not None
+        assert engine.scheduler is not None
         first = asyncio.create_task(engine.generate(*_conversation(policy).prompt(), long))
         # The condition lives in the engine's thread: poll it until the first request decodes.
-        while engine.batcher.steps < 3:  # noqa: ASYNC110
+        while engine.scheduler.steps < 3:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
         second = await engine.generate(*_conversation(policy, 5).prompt(), greedy)
         assert not first.done()  # served while the first is still decoding
@@ -223,10 +223,10 @@ def test_weight_update_mid_generation_restarts_it_on_the_new_weights(policy: Pol
 
     async def run() -> tuple[Generation, Generation, list[EngineRecord]]:
         engine = HFEngine(policy, hold_seconds=0.02)  # rounds shorter than the generation
-        assert engine.batcher is not None
+        assert engine.scheduler is not None
         prompt = _conversation(policy).prompt()
         first = asyncio.create_task(engine.generate(*prompt, long))
-        while engine.batcher.steps < 3:  # noqa: ASYNC110 (the engine's thread)
+        while engine.scheduler.steps < 3:  # noqa: ASYNC110 (the engine's thread)
             await asyncio.sleep(0.002)
         await asyncio.wait_for(asyncio.to_thread(learner_step), 60)
         restarted = await first
@@ -245,14 +245,14 @@ def test_forget_cache_frees_the_stored_kv(policy: Policy) -> None:
 
     async def run() -> list[EngineRecord]:
         engine = HFEngine(policy)
-        assert engine.batcher is not None
+        assert engine.scheduler is not None
         conv = _conversation(policy)
         conv.add_generation(await engine.generate(*conv.prompt(), sampling))
-        assert engine.batcher.store.bytes > 0
+        assert engine.scheduler.store.bytes > 0
         # The worker frees it as soon as it is idle (its own thread); the call waits for that.
         assert await asyncio.to_thread(engine.forget_cache, 30.0)
-        assert engine.batcher.store.bytes == 0
-        assert engine.batcher.kv.k is None
+        assert engine.scheduler.store.bytes == 0
+        assert engine.scheduler.kv.k is None
         conv.add_user("next", None)
         await engine.generate(*conv.prompt(), sampling)
         await engine.close()
@@ -277,8 +277,8 @@ def test_cuda_graph_decoding_equals_eager_decoding(tiny_model_dir: Path, dtype: 
         return conv, engine
 
     conv, engine = asyncio.run(run(True))
-    assert engine.batcher is not None
-    graphs = engine.batcher.graphs
+    assert engine.scheduler is not None
+    graphs = engine.scheduler.runner.graphs
     assert graphs is not None
     assert graphs.captures > 0
     assert not graphs.broken
@@ -300,25 +300,25 @@ def test_screenshots_prepared_in_the_callers_thread_equal_the_processor_output(
     """prepare() processes a request's newest screenshot before it is queued; the pixel values
     prefill then uses (prepared ones with the rest processed in the worker) are exactly what the
     processor gives for all the new screenshots at once, and the digests are the same."""
-    from kubecua_trainer.engines.continuous import image_digest
-    from kubecua_trainer.engines.hf import _Request
+    from kubecua_trainer.engines.embedded.images import image_digest
+    from kubecua_trainer.engines.embedded.sequence import Request
 
     engine = HFEngine(policy)
     try:
-        b = engine.batcher
+        b = engine.screenshots
         assert b is not None
         images = [screenshot(i, (150 + 14 * i, 120)) for i in range(3)]  # different grids
-        req = _Request([1], images, _sampling(policy), None, None)  # type: ignore[arg-type]
+        req = Request([1], images, _sampling(policy), None, None)  # type: ignore[arg-type]
         b.prepare(req)
         assert sorted(req.prepared) == [2]  # only the newest one, before queueing
         assert req.digests == [image_digest(im) for im in images]
-        pixels, grids = b._pixels(req, 1)
+        pixels, grids = b.pixels(req, 1)
         whole = policy.processor.image_processor(images=images[1:], return_tensors="pt")
         assert pixels is not None
         assert grids is not None
         assert torch.equal(pixels, whole["pixel_values"])
         assert torch.equal(grids, whole["image_grid_thw"])
-        assert b._pixels(req, 3) == (None, None)  # every screenshot reused: nothing to encode
+        assert b.pixels(req, 3) == (None, None)  # every screenshot reused: nothing to encode
     finally:
         asyncio.run(engine.close())
 
@@ -379,3 +379,42 @@ def test_requests_joining_together_share_one_prefill_with_unchanged_results(
         a_ids, a_lps = _generated(a)
         assert b_ids == a_ids
         assert torch.allclose(b_lps, a_lps, atol=1e-5), (b_lps - a_lps).abs().max()
+
+
+def test_packed_prefill_equals_padded_prefill(policy: Policy) -> None:
+    """Four episodes' turns joining together, prefilled packed in one row (variable-length
+    attention) and right-padded to one length: the same ids, log-probs within 1e-5, each
+    screenshot encoded once in both (issue 31 item 3). Greedy: the requests' arrival order (and
+    so a seeded sampler's draws per row) may differ between the two runs."""
+    sampling = _sampling(policy, temperature=0.0)
+    episodes = 4
+
+    async def play(packed: bool) -> tuple[list[Conversation], list[EngineRecord]]:
+        engine = HFEngine(policy, packed_prefill=packed)
+        convs = [Conversation(policy, "sys", MAX_PIXELS) for _ in range(episodes)]
+        for i, conv in enumerate(convs):
+            conv.add_user("task " * (1 + 2 * i), screenshot(i, (150, 120)))
+        for turn in range(2):
+            if turn:
+                for i, conv in enumerate(convs):
+                    conv.add_user("next " * (1 + 3 * i), screenshot(10 + i, (150, 120)))
+            with policy.lock:  # all four queued before the worker's next round
+                calls = [asyncio.create_task(engine.generate(*c.prompt(), sampling)) for c in convs]
+                while engine._arrivals + engine._queue.qsize() < (turn + 1) * episodes:  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
+            for conv, gen in zip(convs, await asyncio.gather(*calls), strict=True):
+                conv.add_generation(gen)
+        await engine.close()
+        return convs, list(engine.records)
+
+    packed, packed_records = asyncio.run(play(True))
+    padded, padded_records = asyncio.run(play(False))
+    for records in (packed_records, padded_records):
+        assert [r.prefill_batch for r in records] == [episodes] * 2 * episodes
+        assert all(r.images_encoded == 1 for r in records)
+        assert all(r.reused_tokens > 0 for r in records[episodes:])
+    for a, b in zip(packed, padded, strict=True):
+        a_ids, a_lps = _generated(a)
+        b_ids, b_lps = _generated(b)
+        assert a_ids == b_ids
+        assert torch.allclose(a_lps, b_lps, atol=1e-5), (a_lps - b_lps).abs().max()

@@ -40,6 +40,11 @@ class Engine(Protocol):
 
     async def update_weights(self, step: int, checkpoint_dir: str | None) -> None: ...
 
+    def forget_cache(self, timeout: float = 0.0) -> bool:
+        """Free cached KV the engine holds for later turns (before a learner step that needs the
+        memory); timeout > 0 waits up to that long; True once done (or nothing was held)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -2,16 +2,13 @@
 
 Concurrent generate() calls from many episodes are served by one worker thread, so the event loop
 never blocks and the model sees batch > 1. Two paths:
-- continuous (the default, what the trainer uses): engines/continuous.py. A request joins the
-  running batch at the next decode step and leaves when it finishes; the KV of a finished turn is
-  kept, so the next turn of the same episode prefills only its new tokens (one screenshot and one
-  user turn instead of the whole history). Rows may have different sampling parameters.
-- static (continuous=False): the earlier path, kept as the reference the benchmark compares with.
-  Queued requests with the same SamplingParams form one batch for transformers generate(), which
-  recomputes each prompt in full; a new request waits until the batch has finished. On an H100,
-  batch 8 gave ~7x the tokens/s of batch 1 (95 against 13 tok/s, 3B shape, one 720p image,
-  2026-11-21). Behaviour log-probs are recorded inside generate() by a logits processor that
-  keeps only the current step's (batch, vocab) log-probs, never all steps' logits.
+- continuous (the default, what the trainer uses): engines/embedded/ (its __init__ says why it
+  runs its own loop). A request joins the running batch at the next decode step and leaves when
+  it finishes; the KV of a finished turn is kept, so the next turn of the same episode prefills
+  only its new tokens (one screenshot and one user turn instead of the whole history). Rows may
+  have different sampling parameters.
+- static (continuous=False): the earlier path, kept as the reference the benchmark and the tests
+  compare with (engines/embedded/static.py).
 """
 
 from __future__ import annotations
@@ -22,84 +19,22 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from PIL import Image
-from transformers import LogitsProcessor, LogitsProcessorList
 
-from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
-from kubecua_trainer.engines.continuous import ContinuousBatcher, EngineRecord, _Seq
+from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams
+from kubecua_trainer.engines.embedded.images import Screenshots
+from kubecua_trainer.engines.embedded.model_runner import ModelRunner
+from kubecua_trainer.engines.embedded.prefix_store import PrefixStore
+from kubecua_trainer.engines.embedded.scheduler import Scheduler
+from kubecua_trainer.engines.embedded.sequence import EngineRecord, Request, Seq
+from kubecua_trainer.engines.embedded.static import generate_batch
 from kubecua_trainer.model import Policy
 
 log = logging.getLogger(__name__)
 _WAKE = object()  # put on the queue by forget_cache: the idle worker frees the KV at once
-
-
-@dataclass(eq=False)  # identity, not field, equality
-class _Request:
-    prompt_ids: list[int]
-    images: list[Image.Image]
-    sampling: SamplingParams
-    future: asyncio.Future[Generation]
-    loop: asyncio.AbstractEventLoop = field(repr=False)
-    # Continuous path: filled in the caller's thread before the request is queued, so the worker
-    # (which holds the GPU) does not wait on the CPU for them (ContinuousBatcher.prepare).
-    digests: list[bytes] | None = field(default=None, repr=False)
-    prepared: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
-
-    def resolve(self, result: Generation | BaseException) -> None:
-        def _set() -> None:
-            if self.future.done():
-                return  # the caller was cancelled (episode timeout)
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
-
-        self.loop.call_soon_threadsafe(_set)
-
-
-class _RecordLogprobs(LogitsProcessor):
-    """Applies temperature and top-p itself and records log softmax(logits / T) of sampled ids.
-
-    generate() calls it once per new token; the id sampled at step k is the last column of
-    input_ids at step k+1, so the log-prob of step k is gathered then (the final one in finish()).
-    """
-
-    def __init__(self, temperature: float, top_p: float, banned: list[int]):
-        self.banned = banned
-        self.temperature = temperature
-        self.top_p = top_p
-        self.prev: torch.Tensor | None = None
-        self.logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self._gather(input_ids[:, -1])
-        greedy = self.temperature <= 0
-        scaled = scores.float() / (1.0 if greedy else self.temperature)
-        scaled[:, self.banned] = float("-inf")
-        self.prev = torch.log_softmax(scaled, dim=-1)
-        if greedy:
-            keep = scaled == scaled.max(dim=-1, keepdim=True).values
-            return scaled.masked_fill(~keep, float("-inf"))  # type: ignore[return-value]
-        if self.top_p < 1.0:
-            sorted_lp, order = self.prev.sort(dim=-1, descending=True)
-            drop = sorted_lp.exp().cumsum(-1) - sorted_lp.exp() >= self.top_p
-            mask = torch.zeros_like(drop).scatter(-1, order, drop)
-            return scaled.masked_fill(mask, float("-inf"))  # type: ignore[return-value]
-        return scaled  # type: ignore[return-value]
-
-    def _gather(self, last_ids: torch.Tensor) -> None:
-        if self.prev is not None:
-            self.logprobs.append(self.prev.gather(-1, last_ids[:, None])[:, 0])
-            self.prev = None
-
-    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
-        """(batch, new_tokens) log-probs of the sampled ids."""
-        self._gather(sequences[:, -1])
-        return torch.stack(self.logprobs, dim=1).cpu()
 
 
 class HFEngine:
@@ -109,7 +44,9 @@ class HFEngine:
     stored KV; hold_seconds is the longest stretch the worker holds policy.lock, so a learner step
     waits at most that long). seed: a private sampling generator (default: torch's global RNG).
     cuda_graphs: replay the decode step from CUDA graphs (CUDA only; keeps a bf16 copy of the
-    text model's Linear weights under bf16 autocast: about 6 GB for a 3B model).
+    text model's Linear weights under bf16 autocast: about 6 GB for a 3B model). packed_prefill:
+    requests that join together are prefilled packed in one row (False: right-padded to one
+    length, the reference the packed path is tested against).
     """
 
     def __init__(
@@ -122,13 +59,14 @@ class HFEngine:
         hold_seconds: float = 0.25,
         seed: int | None = None,
         cuda_graphs: bool = False,
+        packed_prefill: bool = True,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.policy = policy
         self.max_batch_size = max_batch_size
         self.continuous = continuous
-        self._queue: queue.Queue[Any] = queue.Queue()  # _Request, None (close) or _WAKE
+        self._queue: queue.Queue[Any] = queue.Queue()  # Request, None (close) or _WAKE
         self.batch_sizes: list[int] = []  # requests batched (static) or admitted together
         self.tokens_generated = 0  # with busy_seconds: the engine tokens/s metric
         self.busy_seconds = 0.0
@@ -136,16 +74,19 @@ class HFEngine:
         self._forget = threading.Event()
         self._forgotten = threading.Event()
         self._arrivals = 0
-        self.batcher: ContinuousBatcher | None = None
+        self.scheduler: Scheduler | None = None
+        self.screenshots = Screenshots(policy.processor)
         if continuous:
             generator = None
             if seed is not None:
                 generator = torch.Generator(device=policy.device).manual_seed(seed)
-            self.batcher = ContinuousBatcher(
-                policy, max_batch_size, cache_bytes, cache_sequences, hold_seconds, generator,
-                self._finished, cuda_graphs,
+            runner = ModelRunner(policy, max_batch_size, cuda_graphs, packed_prefill)
+            store = PrefixStore(cache_bytes, cache_sequences)
+            self.scheduler = Scheduler(
+                policy, runner, self.screenshots, max_batch_size, store, hold_seconds, generator,
+                self._finished,
             )  # fmt: skip
-            self.batch_sizes = self.batcher.admissions
+            self.batch_sizes = self.scheduler.admissions
         target = self._serve_continuous if continuous else self._serve
         self._thread = threading.Thread(target=target, name="hf-engine", daemon=True)
         self._thread.start()
@@ -158,9 +99,9 @@ class HFEngine:
         if not prompt_ids:
             raise EngineError("empty prompt")
         loop = asyncio.get_running_loop()
-        req = _Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
-        if self.batcher is not None and req.images:
-            await asyncio.to_thread(self.batcher.prepare, req)
+        req = Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
+        if self.scheduler is not None and req.images:
+            await asyncio.to_thread(self.screenshots.prepare, req)
         self._queue.put(req)
         return await req.future
 
@@ -171,7 +112,7 @@ class HFEngine:
         """Free the stored KV once the engine is idle (e.g. before a learner step whose episodes
         are all finished, when no stored turn will be continued); the worker does it as soon as
         nothing runs. timeout > 0: wait up to that long; True once it is done."""
-        if self.batcher is None:  # the static path keeps no KV between batches
+        if self.scheduler is None:  # the static path keeps no KV between batches
             return True
         self._forgotten.clear()
         self._forget.set()
@@ -184,20 +125,20 @@ class HFEngine:
 
     # -- continuous path ---------------------------------------------------------------------
 
-    def _seq(self, req: _Request) -> _Seq:
+    def _seq(self, req: Request) -> Seq:
         rec = EngineRecord(request=self._arrivals, prompt_tokens=len(req.prompt_ids))
         self._arrivals += 1
         self.records.append(rec)
-        return _Seq(req, rec, [])
+        return Seq(req, rec, [])
 
-    def _finished(self, seq: _Seq, gen: Generation) -> None:
+    def _finished(self, seq: Seq, gen: Generation) -> None:
         self.tokens_generated += len(gen.token_ids)
         seq.req.resolve(gen)
 
     def _serve_continuous(self) -> None:
-        b = self.batcher
+        b = self.scheduler
         assert b is not None
-        pending: deque[_Seq] = deque()
+        pending: deque[Seq] = deque()
         closing = False
 
         def drain() -> None:
@@ -249,7 +190,7 @@ class HFEngine:
     # -- static path -------------------------------------------------------------------------
 
     def _serve(self) -> None:
-        pending: list[_Request] = []
+        pending: list[Request] = []
         while True:
             if not pending:
                 first = self._queue.get()
@@ -266,7 +207,7 @@ class HFEngine:
                     r.resolve(EngineError("hf engine closed"))
                 return
 
-    def _drain(self, pending: list[_Request]) -> bool:
+    def _drain(self, pending: list[Request]) -> bool:
         """Move every queued request into pending; True when close() was requested."""
         while True:
             try:
@@ -281,7 +222,7 @@ class HFEngine:
         """Generated tokens per second of generation time since the engine started."""
         return self.tokens_generated / self.busy_seconds if self.busy_seconds else 0.0
 
-    def _run_batch(self, batch: list[_Request]) -> None:
+    def _run_batch(self, batch: list[Request]) -> None:
         start = time.perf_counter()
         try:
             gens = generate_batch(self.policy, batch)
@@ -295,58 +236,3 @@ class HFEngine:
         self.busy_seconds += time.perf_counter() - start
         for r, g in zip(batch, gens, strict=True):
             r.resolve(g)
-
-
-def _batch_inputs(policy: Policy, batch: list[_Request]) -> dict[str, Any]:
-    """Left-pad the prompts and process the images, checking pads against the grids."""
-    pad_id = policy.tokenizer.pad_token_id
-    width = max(len(r.prompt_ids) for r in batch)
-    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(batch), width), dtype=torch.long)
-    images: list[Image.Image] = []
-    for i, r in enumerate(batch):
-        ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-        attn[i, width - len(r.prompt_ids) :] = 1
-        images += r.images
-    out: dict[str, Any] = {"input_ids": ids, "attention_mask": attn}
-    out["mm_token_type_ids"] = (ids == policy.image_pad_id).long()  # 1 = image token
-    if images:
-        proc = policy.processor.image_processor(images=images, return_tensors="pt")
-        out["pixel_values"], out["image_grid_thw"] = proc["pixel_values"], proc["image_grid_thw"]
-    pads = int((ids == policy.image_pad_id).sum())
-    grid = out.get("image_grid_thw")
-    expected = 0 if grid is None else int(grid.prod(-1).sum()) // policy.merge_size**2
-    if pads != expected:
-        raise EngineError(f"prompts hold {pads} image pads but the images need {expected}")
-    return {k: v.to(policy.device) for k, v in out.items()}
-
-
-def generate_batch(policy: Policy, batch: list[_Request]) -> list[Generation]:
-    """Sample one batch (same SamplingParams) with the policy's module."""
-    s = batch[0].sampling
-    inputs = _batch_inputs(policy, batch)
-    recorder = _RecordLogprobs(s.temperature, s.top_p, policy.banned_ids)
-    stop = list(s.stop_token_ids) or None
-    with policy.lock, torch.no_grad(), policy.autocast():
-        version = policy.version
-        policy.model.eval()
-        seqs = policy.model.generate(  # type: ignore[operator]
-            **inputs,
-            do_sample=True,
-            temperature=1.0,  # the recorder applies temperature and top-p itself
-            top_p=1.0,
-            top_k=0,
-            repetition_penalty=1.0,
-            max_new_tokens=s.max_new_tokens,
-            eos_token_id=stop,
-            pad_token_id=policy.tokenizer.pad_token_id,
-            logits_processor=LogitsProcessorList([recorder]),
-            use_cache=True,
-        )
-    new = seqs[:, inputs["input_ids"].shape[1] :].cpu()
-    logprobs = recorder.finish(seqs)
-    cut = [
-        cut_at_stop(new[i].tolist(), logprobs[i].tolist(), s.stop_token_ids, s.max_new_tokens)
-        for i in range(len(batch))
-    ]
-    return [replace(g, policy_version=version) for g in cut]

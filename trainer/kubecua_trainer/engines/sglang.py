@@ -245,6 +245,10 @@ class SGLangEngine:
             raise EngineError(f"weight update to step {step} failed on {failed}")
         self.weights_step = step
 
+    def forget_cache(self, timeout: float = 0.0) -> bool:
+        """Nothing to free here: the servers' KV lives on their own GPUs."""
+        return True
+
     async def close(self) -> None:
         if self._ready is not None and not self._ready.done():
             self._ready.cancel()  # a stop while waiting: no wait outlives the client
