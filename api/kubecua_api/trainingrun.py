@@ -25,6 +25,7 @@ from kubecua_api.common import ApiModel, Condition, DateTime, Quantity, conditio
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
 from kubecua_api.curriculum import CurriculumConfig
 from kubecua_api.lora import LoraConfig
+from kubecua_api.reward import RewardConfig
 
 HTTP_URL = r"^https?://"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -217,8 +218,15 @@ class AlgorithmConfig(ApiModel):
         default=True,
         description="Divide advantages by the group's std; false gives Dr.GRPO (arXiv 2503.20783).",
     )
+    # No default in the CRD: it follows policyLoss. None only until _aggregation_of_policy_loss
+    # fills it in, so readers see a Literal (an explicit null is refused).
     aggregation: Literal["token", "sequence"] = Field(
-        default="token", description="Loss aggregation over tokens or per sequence."
+        default=None,  # type: ignore[arg-type]
+        description="Loss aggregation. token: every trained token of the batch weighs the same,"
+        " so a sequence weighs by its length; sequence: the mean over each sequence's tokens,"
+        " then over sequences, so every sequence weighs the same. Default: token with policyLoss"
+        " ppo; sequence with gspo, the GSPO paper's objective (verl's loss_mode gspo), where"
+        " token would weigh each sequence's one ratio by its length.",
     )
     mode: Literal["trajectory", "perTurn"] = Field(
         default="trajectory", description="One training sample per episode, or one per turn."
@@ -260,6 +268,12 @@ class AlgorithmConfig(ApiModel):
         ge=0,
         description="Entropy bonus: coef x the mean token entropy is subtracted from the loss.",
     )
+
+    @model_validator(mode="after")
+    def _aggregation_of_policy_loss(self) -> AlgorithmConfig:
+        if self.aggregation is None:
+            self.aggregation = "sequence" if self.policy_loss == "gspo" else "token"
+        return self
 
 
 class RolloutConfig(ApiModel):
@@ -459,6 +473,12 @@ class TrainingRunSpec(ApiModel):
     checkpoint: CheckpointConfig = defaulted(
         CheckpointConfig,
         "Where and how often checkpoints are written; a run resumes from the latest.",
+    )
+    reward: RewardConfig = defaulted(
+        RewardConfig,
+        "The shaped reward GRPO trains on: weighted terms (the evaluator's score, a task's"
+        " partial credit, a format term) minus penalties. Success, evaluations and status use the"
+        " evaluator's score alone.",
     )
     evaluation: EvaluationConfig | None = Field(
         default=None,

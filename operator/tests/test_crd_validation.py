@@ -259,6 +259,14 @@ BAD = [
         with_spec(RUN, warmup={"epochs": 2}),
         "spec.warmup.demonstrations: Required",
     ),
+    # Issue 30: shaped rewards.
+    ("negative reward weight", with_spec(RUN, reward={"partial": -0.3}), "spec.reward.partial"),
+    ("reward weight above 10", with_spec(RUN, reward={"format": 11}), "spec.reward.format"),
+    (
+        "penalty above 1",
+        with_spec(RUN, reward={"penalties": {"repeat": 1.5}}),
+        "spec.reward.penalties.repeat",
+    ),
     # Issue 22: runs that size their pool.
     (
         "baseline above the runs' cap",
@@ -354,6 +362,9 @@ def test_defaults_fill_a_minimal_training_run(cluster, crds, namespace):
     assert spec["algorithm"]["gspoClip"] == {"low": 0.0003, "high": 0.0004}
     assert (spec["algorithm"]["policyLoss"], spec["algorithm"]["entropyCoef"]) == ("ppo", 0)
     assert "evaluation" not in spec  # off unless asked for, as the warm-up
+    assert spec["reward"] == {"score": 1, "partial": 0, "format": 0,
+                              "penalties": {"repeat": 0, "invalid": 0, "turn": 0}}  # fmt: skip
+    assert "aggregation" not in spec["algorithm"]  # the trainer's: it follows policyLoss
     assert "warmup" not in spec
 
 

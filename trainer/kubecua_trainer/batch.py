@@ -2,11 +2,13 @@
 success replay, and the per-step statistics. The one GRPO group path: the run, the bandit test
 and the smoke run all build their batches here, from advantage.py's pure group functions.
 
-Per group, only scored episodes count (infrastructure failures are already out). A group whose
+Per group, only scored episodes count (infrastructure failures are already out). Advantages
+come from the shaped reward (spec.reward, reward.py; the evaluator's score itself by default);
+success, success replay and the success rate from the evaluator's score. A group whose shaped
 rewards are all equal carries no signal: when replay is on and every episode failed, one stored
-success of that task is added as an extra member with reward 1; otherwise, with dynamic sampling
-on, the group is skipped and counted. In perTurn mode turn t of T gets the episode's advantage
-times turn_discount^(T-1-t).
+success of that task is added as an extra member with the shaped reward it earned when played;
+otherwise, with dynamic sampling on, the group is skipped and counted. In perTurn mode turn t of
+T gets the episode's advantage times turn_discount^(T-1-t).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kubecua_api.reward import RewardConfig
 from kubecua_trainer.advantage import credit_turns, grpo_advantages, is_zero_variance
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.reward import group_rewards, terms_of
 from kubecua_trainer.rollout.groups import Group
-from kubecua_trainer.rollout.records import SUCCESS_SCORE, EpisodeResult, is_success
+from kubecua_trainer.rollout.records import EpisodeResult, is_success
 from kubecua_trainer.tokens import Sample
 
 
@@ -30,13 +34,17 @@ class Batch:
     zero_variance_groups: int = 0
     small_groups: int = 0  # fewer than two scored episodes left
     replay_injections: int = 0
-    rewards: list[float] = field(default_factory=list)  # every scored episode of the step
+    rewards: list[float] = field(default_factory=list)  # evaluator scores, every scored episode
+    shaped_rewards: list[float] = field(default_factory=list)  # theirs, trained on
+    partial_failures: int = 0  # scored episodes whose partial metric failed (term left out)
 
     def stats(self) -> dict[str, float]:
         n = len(self.rewards)
         advs = [s.advantage for s in self.samples]
         return {
             "reward_mean": sum(self.rewards) / n if n else 0.0,
+            "shaped_reward_mean": sum(self.shaped_rewards) / n if n else 0.0,
+            "partial_failures": float(self.partial_failures),
             "success_rate": sum(map(is_success, self.rewards)) / n if n else 0.0,
             "zero_variance_group_fraction": self.zero_variance_groups / max(1, self.groups),
             "advantage_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
@@ -57,14 +65,30 @@ def validate_samples(groups: list[Group], check: Callable[[Sample], None]) -> No
 
 
 def assemble_batch(
-    groups: list[Group], algo: AlgorithmConfig, replay: SuccessReplay | None
+    groups: list[Group],
+    algo: AlgorithmConfig,
+    replay: SuccessReplay | None,
+    reward: RewardConfig | None = None,
 ) -> Batch:
+    """reward: spec.reward; None trains on the evaluator's score (RewardConfig's defaults).
+    Sets each scored episode's shaped_reward and its samples' reward (discounted per turn in
+    perTurn mode, as the context did with the score)."""
+    cfg = reward or RewardConfig()
     batch = Batch(groups=len(groups))
     for g in groups:
         scored = g.scored
+        terms = [terms_of(e) for e in scored]
+        shaped = group_rewards(terms, cfg)
+        for e, r in zip(scored, shaped, strict=True):
+            e.shaped_reward = r
+            turns = credit_turns(r, len(e.samples), algo.mode == "perTurn", algo.turn_discount)
+            for s, credited in zip(e.samples, turns, strict=True):
+                s.reward = credited
         batch.rewards += [float(e.reward or 0.0) for e in scored]
+        batch.shaped_rewards += shaped
+        batch.partial_failures += sum(t.partial_failed for t in terms)
         members: list[tuple[float, list[Sample]]] = [
-            (float(e.reward or 0.0), e.samples) for e in scored
+            (r, e.samples) for e, r in zip(scored, shaped, strict=True)
         ]
         if len(members) < 2:
             batch.small_groups += 1
@@ -74,9 +98,11 @@ def assemble_batch(
                 if is_success(e.reward or 0.0):
                     replay.add(g.task_id, e.samples)
         if is_zero_variance([r for r, _ in members]):
-            stored = _replay_for(g, algo, replay, members)
+            all_failed = not any(is_success(e.reward or 0.0) for e in scored)
+            stored = _replay_for(g, algo, replay) if all_failed else None
             if stored is not None:
-                members.append((SUCCESS_SCORE, stored))
+                # the last sample's reward is the episode's own (d^0 in perTurn mode)
+                members.append((stored[-1].reward, stored))
                 batch.replay_injections += 1
             else:
                 batch.zero_variance_groups += 1
@@ -92,10 +118,9 @@ def assemble_batch(
 
 
 def _replay_for(
-    g: Group, algo: AlgorithmConfig, replay: SuccessReplay | None, members: list
+    g: Group, algo: AlgorithmConfig, replay: SuccessReplay | None
 ) -> list[Sample] | None:
-    all_failed = not any(is_success(r) for r, _ in members)
-    if replay is None or not algo.replay.enabled or not all_failed:
+    if replay is None or not algo.replay.enabled:
         return None
     return replay.sample(g.task_id)
 

@@ -18,7 +18,9 @@ _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
 
 # name -> help, for the gauges set from a step's statistics (the learner's and the loop's keys)
 STEP_GAUGES = {
-    "reward_mean": "Mean reward of the scored episodes of the last step.",
+    "reward_mean": "Mean evaluator score of the scored episodes of the last step.",
+    "shaped_reward_mean": "Mean shaped reward (spec.reward, what GRPO trained on) of the last"
+    " step's scored episodes.",
     "success_rate": "Fraction of the last step's scored episodes that solved their task.",
     "loss": "Policy loss of the last step.",
     "kl": "k3 KL estimate against the reference policy, last step.",
@@ -80,6 +82,11 @@ class TrainerMetrics:
         self.generated_tokens = Counter(P + "generated_tokens", "Tokens sampled.", registry=r)
         self.replay_injections = Counter(
             P + "replay_injections", "Stored successes injected into all-fail groups.", registry=r
+        )
+        self.partial_failures = Counter(
+            P + "partial_failures",
+            "Scored episodes whose task-declared partial metric failed (the term was left out).",
+            registry=r,
         )
         self.zero_variance_groups = Counter(
             P + "zero_variance_groups", "Groups skipped because all rewards were equal.", registry=r

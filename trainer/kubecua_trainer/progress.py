@@ -52,6 +52,7 @@ class RunProgress:
         loss = f"loss {stats['loss']:.4f}" if "loss" in stats else "learner skipped (no signal)"
         self.console.print(
             f"step {stats['step']}: reward {stats['reward_mean']:.3f} "
+            f"(shaped {stats.get('shaped_reward_mean', stats['reward_mean']):.3f}) "
             f"success {stats['success_rate']:.0%} {loss} "
             f"excluded {stats.get('excluded', 0)} zero-var groups "
             f"{stats['zero_variance_group_fraction']:.0%} {stats.get('seconds_total', 0):.1f}s"

@@ -74,7 +74,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     if d.enabled and d.is_main:
         for ep in episodes:
             metrics.observe_episode(ep)
-    batch = assemble_batch(groups, spec.algorithm, lp.saver.replay)
+    batch = assemble_batch(groups, spec.algorithm, lp.saver.replay, spec.reward)
     if held is not None:
         _deliver(d, held, batch, lp.saver.replay)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
@@ -112,6 +112,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
             metrics.sample_staleness.observe(age)
         metrics.zero_variance_groups.inc(batch.zero_variance_groups)
         metrics.replay_injections.inc(batch.replay_injections)
+        metrics.partial_failures.inc(batch.partial_failures)
         metrics.step_seconds.observe(stats["seconds_total"])
         RunReport(lp.result.out_dir, lp.run.name).save_episodes(step, episodes)
     return stats

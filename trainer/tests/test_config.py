@@ -113,6 +113,13 @@ def test_camel_case_fields_map_to_snake_case() -> None:
             "spec.tasks: Value error, set exactly one of configMapRef, path",
         ),
         ({"model": {}}, "spec.model.path: Field required"),
+        ({"reward": {"partial": -0.3}}, "spec.reward.partial: Input should be greater than or"),
+        ({"reward": {"score": 30}}, "spec.reward.score: Input should be less than or equal to 10"),
+        (
+            {"reward": {"penalties": {"turn": 2}}},
+            "spec.reward.penalties.turn: Input should be less than or equal to 1",
+        ),
+        ({"reward": {"partail": 0.3}}, "spec.reward.partail: Extra inputs are not permitted"),
         (
             {"rollout": {"systemPrompt": "Screen {w}x{height}."}},
             "spec.rollout.systemPrompt: Value error, only {width} and {height} may be substituted",

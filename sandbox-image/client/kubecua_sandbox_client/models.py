@@ -102,6 +102,16 @@ class StepResult(_Wire):
 class Evaluation(_Wire):
     score: float = Field(ge=0.0, le=1.0)
     details: dict[str, Any] = {}
+    partial: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="the task's declared partial credit (its `partial` metric, clamped to 0..1);"
+        " null when the task declares none or the metric failed. Never part of score or success",
+    )
+    partial_error: str | None = Field(
+        default=None, description="why the partial metric failed; null when it ran or is absent"
+    )
 
 
 class Released(_Wire):

@@ -47,6 +47,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.partial_failures = Counter(
+            "kubecua_sandbox_partial_failures_total",
+            "Evaluations whose task-declared partial metric failed (the score stands)",
+            registry=r,
+        )
         self.reset_failures = Counter(
             "kubecua_sandbox_reset_failures_total",
             "Releases whose reset or clean-check failed (the sandbox is then not ready)",

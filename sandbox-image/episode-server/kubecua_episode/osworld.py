@@ -161,6 +161,28 @@ def validate_task(task: dict[str, Any]) -> None:
         if name != "infeasible" and (why := evaluators.unavailable(name)):
             raise TaskError(why)
     _check_cache_names(ev, "task.evaluator")
+    if "partial" in task:
+        _validate_partial(task["partial"])
+
+
+def _validate_partial(partial: Any) -> None:
+    """task.partial: one desktop-env metric with a continuous value (the trainer's partial
+    credit, spec.reward.partial), its getters shaped as an evaluator's."""
+    if not isinstance(partial, dict) or not isinstance(partial.get("func"), str):
+        raise TaskError("task.partial must be an object whose func names one metric")
+    if partial["func"] == "infeasible" or (why := evaluators.unavailable(partial["func"])):
+        raise TaskError(f"task.partial.func: {why or 'infeasible has no partial value'}")
+    for key in ("result", "expected"):
+        getter = partial.get(key)
+        if getter is None and key == "expected":
+            continue
+        if not isinstance(getter, dict) or not isinstance(getter.get("type"), str):
+            raise TaskError(f"task.partial.{key} must be a getter object with a string type")
+        if getattr(getters, f"get_{getter['type']}", None) is None:
+            raise TaskError(f"task.partial.{key}.type: unknown getter type {getter['type']!r}")
+    if not isinstance(partial.get("options", {}), dict):
+        raise TaskError("task.partial.options must be an object")
+    _check_cache_names(partial, "task.partial")
 
 
 def _check_cache_names(value: Any, where: str) -> None:
@@ -273,6 +295,27 @@ def evaluate(env: AttachedEnv, task: dict[str, Any], last_action: Any) -> tuple[
     else:
         final = max(scores)
     return max(0.0, min(1.0, final)), {"metric": funcs, "conj": conj, "metrics": details}
+
+
+def partial_score(env: AttachedEnv, task: dict[str, Any]) -> float | None:
+    """The task's declared partial credit (task.partial, validated by validate_task): its
+    getters and metric as the evaluator runs them, clamped to [0, 1]; None without one. Runs
+    after evaluate (its postconfig has run). Raises what the getter or metric raises: the
+    caller reports the failure beside the score, which it never changes."""
+    partial = task.get("partial")
+    if partial is None:
+        return None
+    try:
+        got = _getter(partial["result"]["type"])(env, partial["result"])
+    except FileNotFoundError:
+        got = None
+    args = [got]
+    if partial.get("expected"):
+        args.append(_getter(partial["expected"]["type"])(env, partial["expected"]))
+    value = float(_metric(partial["func"])(*args, **(partial.get("options") or {})))
+    if value != value:  # NaN: no value at all, a failure rather than a score
+        raise ValueError(f"metric {partial['func']!r} returned NaN")
+    return max(0.0, min(1.0, value))
 
 
 def _short(value: Any, limit: int = 500) -> Any:

@@ -348,7 +348,29 @@ class Sandbox:
         self.metrics.evaluate_duration.observe(time.monotonic() - t0)
         self.metrics.episodes.labels(outcome=scored_outcome(score)).inc()
         ep.done, ep.scored = True, True
-        return Evaluation(score=score, details=details)
+        partial, partial_error = await self._partial(ep)
+        return Evaluation(score=score, details=details, partial=partial,
+                          partial_error=partial_error)  # fmt: skip
+
+    async def _partial(self, ep: Episode) -> tuple[float | None, str | None]:
+        """The task's partial credit beside its score. Its failure leaves the score as it is:
+        it is reported (and counted) so the trainer leaves the term out, never scores it 0."""
+        if "partial" not in ep.request.task:
+            return None, None
+        try:
+            value = await _in_thread(
+                osworld.partial_score, self.env(), ep.request.task,
+                limit=self.s.evaluate_timeout_s, reason="PartialFailed",
+            )  # fmt: skip
+        except ApiError as e:
+            why = str(e.detail)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+        else:
+            return value, None
+        self.metrics.partial_failures.inc()
+        log.warning("partial metric failed: %s", why[:1000])
+        return None, why[:2000]
 
     async def release(self, episode_id: str) -> Released:
         ep = self.episode

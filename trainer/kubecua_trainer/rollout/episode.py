@@ -212,6 +212,7 @@ async def _step(
         if err.status == 404:  # the sandbox forgot the episode: it restarted under us
             raise SandboxUnavailable(str(err), err.status, "UnknownEpisode") from err
         turn.feedback = f"The sandbox rejected that action: {err}. Try a different action."
+        turn.refused = True
         return False, None
     except SandboxBusy:  # 409 EpisodeDone: the episode already ended on the sandbox side
         return True, None
@@ -239,6 +240,7 @@ async def _evaluate(
         result.fail("evaluation_failed", str(err))
         return
     result.score(evaluation.score)
+    result.partial, result.partial_error = evaluation.partial, evaluation.partial_error
     result.samples = ctx.samples(evaluation.score)
     for sample in result.samples:
         sample.task_id, sample.group_id = result.task_id, result.group_id

@@ -37,6 +37,7 @@ class Turn:
     gen_seconds: float = 0.0
     env_seconds: float | None = None  # the sandbox step call, when one was made
     screen: bytes | None = None  # the screenshot at the desktop's full size, as it sent it
+    refused: bool = False  # the sandbox refused the parsed action (422): an invalid reply
 
 
 @dataclass
@@ -48,7 +49,10 @@ class EpisodeResult:
     sandbox: str = ""
     outcome: str = "failure"
     detail: str = ""  # why an excluded episode failed
-    reward: float | None = None
+    reward: float | None = None  # the evaluator's score: success, evaluations and status
+    partial: float | None = None  # the task's declared partial credit, when it has one
+    partial_error: str | None = None  # why the partial metric failed (its term is left out)
+    shaped_reward: float | None = None  # what training used (spec.reward; batch.assemble_batch)
     turns: list[Turn] = field(default_factory=list)
     final_screenshot: Image.Image | None = None
     final_screen: bytes | None = None  # full size, as the desktop sent it
@@ -72,6 +76,7 @@ class EpisodeResult:
     def fail(self, outcome: str, detail: str) -> None:
         assert outcome in EXCLUDED, outcome
         self.outcome, self.detail, self.reward, self.samples = outcome, detail, None, []
+        self.partial, self.partial_error, self.shaped_reward = None, None, None
 
     def score(self, reward: float) -> None:
         self.reward = reward
@@ -88,6 +93,9 @@ class EpisodeResult:
             "outcome": self.outcome,
             "detail": self.detail,
             "reward": self.reward,
+            "partial": self.partial,
+            "partial_error": self.partial_error,
+            "shaped_reward": self.shaped_reward,
             "seconds": round(self.seconds, 3),
             "gen_tokens": self.gen_tokens,
             "samples": len(self.samples),
@@ -96,6 +104,7 @@ class EpisodeResult:
                     "reply": t.reply,
                     "action": t.action,
                     "feedback": t.feedback,
+                    "refused": t.refused,
                     "gen_tokens": t.gen_tokens,
                     "env_seconds": t.env_seconds,
                 }
