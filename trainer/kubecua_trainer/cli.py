@@ -7,6 +7,8 @@
                                         held-out evaluation of a model or checkpoint (steps 0)
     python -m kubecua_trainer record --tasks DIR --local 2 --out DIR    demonstrations, recorded
     python -m kubecua_trainer export-successes RUN_DIR --to FILE.jsonl  a run's successes as demos
+    python -m kubecua_trainer export-merged CHECKPOINT OUT            a LoRA checkpoint merged
+                                        into its base model: a plain Hugging Face model directory
 
 In a pod the operator runs `run /etc/kubecua/trainingrun.yaml` (its ConfigMap) and sets
 KUBECUA_TRAININGRUN_NAME and KUBECUA_TRAININGRUN_NAMESPACE; whenever a TrainingRun is named, the
@@ -62,6 +64,10 @@ def parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="validate a manifest and print the full spec")
     val.add_argument("manifest")
     _demonstration_commands(sub)
+    merge = sub.add_parser("export-merged", help="a LoRA checkpoint folded into its base model")
+    merge.add_argument("checkpoint", type=Path, help="a checkpoint of a spec.model.lora run")
+    merge.add_argument("out", type=Path, help="the new Hugging Face model directory")
+    merge.add_argument("--base", help="the base model directory (default: the adapter's own)")
     standalone.add_parser(sub)
     return p
 
@@ -114,6 +120,18 @@ def _demonstrations(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_merged(args: argparse.Namespace) -> int:
+    from kubecua_trainer.lora import export_merged
+
+    try:
+        out = export_merged(args.checkpoint, args.out, args.base)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"merged model: {out}")
+    return 0
+
+
 def load_run(args: argparse.Namespace) -> TrainingRun:
     if args.command == "evaluate":
         return standalone.evaluation_run(args)
@@ -149,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the bar
     if args.command in ("record", "export-successes"):
         return _demonstrations(args)
+    if args.command == "export-merged":
+        return _export_merged(args)
     try:
         run = load_run(args)
     except ConfigError as err:

@@ -25,6 +25,7 @@ from transformers import AutoModelForImageTextToText
 from bench.testing.images import screenshot
 from kubecua_api.lora import LoraConfig
 from kubecua_trainer.checkpoint import load_checkpoint, save_checkpoint
+from kubecua_trainer.cli import main
 from kubecua_trainer.config import AlgorithmConfig, ConfigError, parse_training_run
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
@@ -34,7 +35,6 @@ from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.lora import (
     adapter_param_names,
     add_adapter,
-    export_merged,
     file_key,
     module_key,
 )
@@ -118,12 +118,20 @@ def test_the_learner_trains_the_adapter_alone_and_checkpoints_it_in_peft_layout(
     assert torch.equal(logits(with_peft, policy, sample), ours)
 
     # the merged export is a plain HF model with the same outputs (folding is not bitwise)
-    merged_dir = export_merged(path, tmp_path / "merged")
-    merged = load_policy(merged_dir, device="cpu")
+    assert main(["export-merged", str(path), str(tmp_path / "merged")]) == 0
+    merged = load_policy(str(tmp_path / "merged"), device="cpu")
     assert not any("lora_" in n for n, _ in merged.model.named_parameters())
     assert torch.allclose(logits(merged.model, merged, sample), ours, atol=1e-4)
     plain = logits(load_policy(str(tiny_model_dir), device="cpu").model, policy, sample)
     assert float((plain - ours).abs().max()) > 1e-2  # the adapter is in the merged weights
+
+
+def test_export_merged_refuses_a_checkpoint_without_an_adapter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export-merged", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "not a LoRA checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_lora_run_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
