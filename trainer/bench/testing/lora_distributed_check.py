@@ -28,7 +28,7 @@ from kubecua_trainer.checkpoint import (
 )
 from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.learner import Learner, by_name
-from kubecua_trainer.lora import add_adapter, adapter_param_names
+from kubecua_trainer.lora import adapter_param_names, add_adapter
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
 
