@@ -74,8 +74,9 @@ def sequence_loss(
     [1 - low, 1 + high] (gspoClip, tiny: 3e-4/4e-4); per token s_t = sg[s] * exp(logp_t -
     sg[logp_t]), equal to s in value, so the clip is all or nothing per sequence, and
     d s_t / d logp_t = s. With aggregation "sequence" (1/|y| per token) the sequence's gradient
-    is then exactly d s / d logp = s / |y| per token, the paper's objective; "token" weighs each
-    sequence by its length instead. The truncated importance weight is per sequence too:
+    is then exactly d s / d logp = s / |y| per token, the paper's objective and gspo's default
+    aggregation (AlgorithmConfig; verl's loss_mode gspo too); "token" weighs each sequence by its
+    length instead. The truncated importance weight is per sequence too:
     w = min(exp(mean_t(old_logp - behaviour_logp)), tis_cap), the length-normalised
     proximal/behaviour ratio, so engine/trainer mismatch is corrected at the level GSPO's ratio
     works at, not token by token. KL and the entropy bonus stay per token.

@@ -99,8 +99,10 @@ def test_gspo_weighs_each_sequence_by_its_length_normalised_importance_ratio(pol
         with torch.no_grad():
             logp, _ = token_logprobs(policy, s)
         w = min(float(torch.exp((logp - s.behaviour_logprobs[s.loss_mask]).mean())), 2.0)
-        expected += -w * s.advantage * len(logp) / 8  # token aggregation: 8 tokens
+        # gspo's default aggregation, sequence: each token 1 / (2 sequences x its length)
+        expected += -w * s.advantage * len(logp) / (2 * len(logp))
     algo = AlgorithmConfig(learning_rate=1e-3, policy_loss="gspo")
+    assert algo.aggregation == "sequence"
     metrics = Learner(policy, algo).step(samples)
     assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
     assert metrics["clip_fraction"] == 0.0

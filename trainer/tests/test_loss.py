@@ -18,8 +18,15 @@ import math
 import pytest
 import torch
 
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.logprobs import _chunk_logprobs
-from kubecua_trainer.loss import sequence_loss, sequence_weights, token_loss, token_weights
+from kubecua_trainer.loss import (
+    AGGREGATIONS,
+    sequence_loss,
+    sequence_weights,
+    token_loss,
+    token_weights,
+)
 
 CLIP = {"clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0}
 
@@ -154,6 +161,21 @@ def test_gspo_with_token_aggregation_weighs_sequences_by_length() -> None:
     total, grads, _ = _gspo(token_weights)
     assert float(total.detach()) == pytest.approx(-0.648972, rel=1e-6)
     assert grads[0].tolist() == pytest.approx([-1.221403 / 7] * 2, rel=1e-6)
+
+
+def test_gspo_defaults_to_the_papers_sequence_mean_token_mean() -> None:
+    """policyLoss gspo without aggregation takes the paper's (and verl's loss_mode gspo):
+    sequence weights 1/6, 1/9, 1/6 give -0.907134, not token's -0.648972 (the tests above);
+    ppo keeps token; an explicit aggregation is kept. Lengths [2, 6]: sequence [1/4, 1/12],
+    token [1/8, 1/8]."""
+    gspo = AlgorithmConfig(policy_loss="gspo")
+    total, _, _ = _gspo(AGGREGATIONS[gspo.aggregation])
+    assert float(total.detach()) == pytest.approx(-0.907134, rel=1e-6)
+    assert AGGREGATIONS[gspo.aggregation]([2, 6]) == pytest.approx([1 / 4, 1 / 12])
+    assert AGGREGATIONS[AlgorithmConfig().aggregation]([2, 6]) == pytest.approx([1 / 8, 1 / 8])
+    kept = AlgorithmConfig(policy_loss="gspo", aggregation="token")
+    total, _, _ = _gspo(AGGREGATIONS[kept.aggregation])
+    assert float(total.detach()) == pytest.approx(-0.648972, rel=1e-6)
 
 
 def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy() -> None:
