@@ -89,6 +89,9 @@ def load_policy(
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False  # the learner never uses a KV cache; generate() asks for one
+    # The text model reads its own config's: left on, a learner forward without checkpointing
+    # built a DynamicCache whose per-layer update made torch.compile recompile each layer.
+    model.config.get_text_config().use_cache = False
     model.eval()
     processor = AutoProcessor.from_pretrained(path, local_files_only=True)
     return Policy(model, processor, processor.tokenizer, dev, compute)

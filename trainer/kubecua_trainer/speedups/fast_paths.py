@@ -36,17 +36,19 @@ def linear_patch_embed(model: torch.nn.Module) -> bool:
     return True
 
 
-def compile_layers(model: torch.nn.Module) -> int:
+def compile_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
     """torch.compile each decoder layer and vision block (shapes dynamic: every sample differs).
 
-    One graph serves all layers of a stack (parameters are graph inputs). Returns how many.
+    One graph serves all layers of a stack (parameters are graph inputs). Returns how many. The
+    embedded engine runs these layers eagerly (engines/embedded/attention.py, engine_mode).
+    backend: "eager" traces without generating code (the CPU test of recompilations).
     """
     import torch._dynamo
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     layers = [layer for stack in layer_stacks(model) for layer in stack]
     for layer in layers:
-        layer.compile(dynamic=True)
+        layer.compile(dynamic=True, backend=backend)
     return len(layers)
 
 
