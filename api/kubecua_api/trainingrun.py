@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from kubecua_api.common import ApiModel, Condition, DateTime, Quantity, conditions, defaulted
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
+from kubecua_api.cost import CostConfig, CostStatus
 from kubecua_api.curriculum import CurriculumConfig
 from kubecua_api.lora import LoraConfig
 from kubecua_api.reward import RewardConfig
@@ -508,6 +509,10 @@ class TrainingRunSpec(ApiModel):
     metrics: MetricsConfig = defaulted(MetricsConfig, "Prometheus metrics of the trainer.")
     kueue: KueueConfig = defaulted(KueueConfig, "Kueue admission.")
     seed: int = Field(default=0, description="Seed for sampling and task order.")
+    cost: CostConfig = defaulted(
+        CostConfig,
+        "Prices for the cost figures in status.cost (none by default: seconds only).",
+    )
     output_dir: str | None = Field(
         default=None,
         max_length=4096,
@@ -629,6 +634,11 @@ class TrainingRunStatus(ApiModel):
     )
     evaluation: EvaluationStatus | None = Field(
         default=None, description="The last held-out evaluation (trainer)."
+    )
+    cost: CostStatus | None = Field(
+        default=None,
+        description="Sandbox-seconds and GPU-seconds the run used, per trajectory and per"
+        " successful trajectory; money at spec.cost's prices (trainer).",
     )
     conditions: list[Condition] | None = conditions(
         "SandboxesReady, TrainerReady, Progressing, Failed and, with spec.sandboxes.capacity,"

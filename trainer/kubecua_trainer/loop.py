@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kubecua_trainer.config import TrainingRun, TrainingRunSpec
+    from kubecua_trainer.cost import CostLedger
     from kubecua_trainer.distributed import Dist
     from kubecua_trainer.evaluation.stage import HeldOut
     from kubecua_trainer.progress import RunProgress
@@ -77,6 +78,7 @@ class Loop:
     dist: Dist
     sync: WeightSync  # how the engine gets each step's weights
     held_out: HeldOut | None = None  # spec.evaluation's tasks, loaded once
+    cost: CostLedger | None = None  # what the run spent (cost.py); built by train._train
 
     @property
     def spec(self) -> TrainingRunSpec:

@@ -32,7 +32,18 @@ STEP_GAUGES = {
     "engine_tokens_per_second": "Generated tokens per second of rollout, last step.",
     "weight_refresh_seconds": "Time to copy the updated weights into the engine, last step.",
     "staleness_max": "Most updates any sample of the last step lagged the learner by.",
+    "sandbox_seconds_per_trajectory": "Sandbox-seconds leased per trajectory, last step.",
+    "gpu_seconds_per_trajectory": "GPU-seconds held per trajectory (step wall time), last step.",
     "step": "Last completed training step.",
+}
+
+
+# cost.figures' keys -> help, the whole run's cost gauges (kubecua_trainer_run_<key>)
+RUN_COST_GAUGES = {
+    "sandbox_seconds": "Sandbox-seconds the whole run leased (training and evaluation).",
+    "gpu_seconds": "GPU-seconds the whole run held (trainer and sglang engine GPUs).",
+    "trajectories": "Training episodes the whole run played, whatever their outcome.",
+    "successful_trajectories": "Training episodes of the whole run that solved their task.",
 }
 
 
@@ -97,6 +108,9 @@ class TrainerMetrics:
         self.sandboxes = Gauge(P + "sandboxes", "Sandboxes by state.", ["state"], registry=r)
         # Registered at the first checkpoint: a 0 before that would read as a 56-year-old one.
         self.last_checkpoint: Gauge | None = None
+        # The run's cost (observe_cost), registered once there is a figure to show.
+        self.run_cost: dict[str, Gauge] = {}
+        self.run_money: Gauge | None = None
         self._eval_metrics()
 
     def _eval_metrics(self) -> None:
@@ -172,10 +186,27 @@ class TrainerMetrics:
         count: also observe the histograms (in a distributed run only rank 0's pod counts, so a
         sum over pods counts each step once; every pod sets the gauges)."""
         for key, value in stats.items():
-            if key in self.gauges:
+            if key in self.gauges and value is not None:  # None: undefined (no trajectory)
                 self.gauges[key].set(value)
         if "seconds" in stats and count:
             self.learner_seconds.observe(stats["seconds"])
+
+    def observe_cost(self, totals: dict[str, Any]) -> None:
+        """The whole run's cost (cost.figures), as gauges: they count earlier pods of the run too,
+        so they are set, not counted. Per trajectory is a division in PromQL (the dashboard's
+        Cost panel); money only with spec.cost's prices, labelled by its currency."""
+        if not self.run_cost:
+            for key, text in RUN_COST_GAUGES.items():
+                self.run_cost[key] = Gauge(P + "run_" + key, text, registry=self.registry)
+        for key, gauge in self.run_cost.items():
+            gauge.set(totals[key])
+        if totals.get("cost") is not None:
+            if self.run_money is None:
+                self.run_money = Gauge(
+                    P + "run_cost", "The run's cost at spec.cost's prices.", ["currency"],
+                    registry=self.registry,
+                )  # fmt: skip
+            self.run_money.labels(totals["currency"]).set(totals["cost"])
 
     def checkpoint_written(self, unix_seconds: float) -> None:
         """kubecua_trainer_last_checkpoint_timestamp_seconds; the dashboards' "Checkpoint age"

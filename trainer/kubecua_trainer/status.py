@@ -1,9 +1,9 @@
 """Patch the trainer's own TrainingRun status subresource (cluster mode only).
 
-The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint and
-evaluation (the last held-out evaluation); the operator owns phase and conditions, so this
-merge-patch never names those. A patch is sent only when a value changed, and a failed patch is
-logged, never fatal: training goes on.
+The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint,
+evaluation (the last held-out evaluation) and cost (cost.py); the operator owns phase and
+conditions, so this merge-patch never names those. A patch is sent only when a value changed,
+and a failed patch is logged, never fatal: training goes on.
 """
 
 from __future__ import annotations
@@ -111,6 +111,35 @@ def build_evaluation_status(
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
+
+
+# cost.figures' keys -> status.cost's (kubecua_api.cost.CostStatus)
+COST_FIELDS = {
+    "sandbox_seconds": "sandboxSeconds",
+    "gpu_seconds": "gpuSeconds",
+    "trajectories": "trajectories",
+    "successful_trajectories": "successfulTrajectories",
+    "sandbox_seconds_per_trajectory": "sandboxSecondsPerTrajectory",
+    "gpu_seconds_per_trajectory": "gpuSecondsPerTrajectory",
+    "sandbox_seconds_per_success": "sandboxSecondsPerSuccess",
+    "gpu_seconds_per_success": "gpuSecondsPerSuccess",
+    "currency": "currency",
+    "cost": "total",
+    "cost_per_trajectory": "perTrajectory",
+    "cost_per_success": "perSuccess",
+}
+
+
+def build_cost_status(totals: dict[str, Any]) -> dict[str, Any]:
+    """status.cost from cost.figures(): seconds to the millisecond, money to 6 places; a figure
+    not defined yet (per success before the first success) is sent as null, so a merge patch
+    leaves it absent."""
+    out: dict[str, Any] = {}
+    for key, field in COST_FIELDS.items():
+        value = totals.get(key)
+        digits = 3 if "seconds" in key else 6
+        out[field] = round(value, digits) if isinstance(value, float) else value
+    return out
 
 
 class StatusPatcher:

@@ -106,6 +106,12 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         "seconds_total": timing["rollout_seconds"] + time.monotonic() - t0,
     }
     stats["excluded"] = sum(n for k, n in stats["outcomes"].items() if k in EXCLUDED)
+    if lp.cost is not None:  # every rank: the lease sum is a collective
+        own = lp.ro.leases.held_seconds
+        leased = d.sum([own])[0]
+        outcomes = [e.outcome for e in episodes]
+        stats |= lp.cost.step(outcomes, stats["sandbox_seconds"], stats["seconds_total"],
+                              leased, own)  # fmt: skip
     lp.result.outcomes.update(stats.pop("outcomes"))
     if d.is_main:
         for age in staleness:

@@ -27,6 +27,8 @@ import torch
 
 from kubecua_trainer import pipeline
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
+from kubecua_trainer.cost import CostLedger
+from kubecua_trainer.cost import publish as publish_cost
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
 from kubecua_trainer.evaluation.stage import load_held_out
@@ -74,6 +76,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     spec = run.spec
     out_dir, ckpt_root = run_dirs(spec)
     result = RunResult(out_dir)
+    cost = CostLedger(out_dir, spec)  # counts from here: loading the model is GPU time too
     seed_everything(spec.seed + d.rank)  # ranks sample differently; rank 0 as a single process
     tasks = load_tasks(spec.tasks, run.namespace)
     held_out = load_held_out(spec, run.namespace, tasks)  # refused here when it overlaps tasks
@@ -108,7 +111,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
                 ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
                 loop = Loop(run, ro, tasks, saver, report, patcher, progress, stop, opts, result,
-                            d, sync, held_out)  # fmt: skip
+                            d, sync, held_out, cost)  # fmt: skip
                 if saver.path is not None:
                     await sync.checkpointed(saver.step, saver.path)
                 await pipeline.before_steps(loop)  # warm-up, then the step-0 evaluation
@@ -119,6 +122,9 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
         finally:
             await source.stop()
             await engine.close()
+    if d.is_main:  # everything leased is back: evaluation's and a stop's episodes too
+        publish_cost(cost, leases.held_seconds, saver.metrics, patcher)
+        report.render()
     result.last_checkpoint = saver.path
     result.history = report.history() if d.is_main else []
     result.main = d.is_main
@@ -164,6 +170,8 @@ async def _loop(first_step: int, lp: Loop) -> None:
                 saved = saver.save(step)
             await lp.sync.checkpointed(step, saved)
             if d.is_main:
+                if lp.cost is not None:  # first: the report rendered next shows it
+                    publish_cost(lp.cost, lp.ro.leases.held_seconds, saver.metrics, lp.patcher)
                 _publish(step, spec, stats, saved, lp.report, saver.metrics, lp.patcher)
                 lp.progress.end_step(stats)
             elif d.serves_metrics:  # the job's gauges on every pod; rank 0 alone counts

@@ -82,6 +82,18 @@ async def test_loop_trains_reports_and_resumes(tmp_path: Path, tiny_model_dir: P
         assert result.curves.stat().st_size > 0
         assert result.last_checkpoint is not None
         assert Path(result.last_checkpoint).exists()
+        # Cost (cost.py): every trajectory counted, the leases are the episodes' own lease time
+        # (the ledger's from the lease pool, the steps' from the episodes), no GPU on the CPU.
+        ledger = json.loads((tmp_path / "out/cost.json").read_text())
+        assert ledger["trajectories"] == 16
+        leased = sum(row["sandbox_seconds"] for row in result.history)
+        assert ledger["sandbox_seconds"] == pytest.approx(leased, abs=0.01)  # no evaluation
+        assert ledger["gpu_seconds"] == 0.0
+        for row in result.history:
+            per = row["sandbox_seconds"] / row["episodes"]
+            assert row["sandbox_seconds_per_trajectory"] == pytest.approx(per)
+        assert "kubecua_trainer_run_trajectories 16.0" in metrics
+        assert 'id="cost"' in html
 
         # a second run of the same spec with more steps picks up at step 3
         steps_seen.clear()
@@ -90,5 +102,8 @@ async def test_loop_trains_reports_and_resumes(tmp_path: Path, tiny_model_dir: P
         result = await train(run, opts)
     assert steps_seen == [3]
     assert [row["step"] for row in result.history] == [1, 2, 3]
+    resumed = json.loads((tmp_path / "out/cost.json").read_text())
+    assert resumed["trajectories"] == 24  # the first run's 16 and step 3's 8: added, not reset
+    assert resumed["sandbox_seconds"] > ledger["sandbox_seconds"]
     checkpoints = [p for p in (tmp_path / "out/checkpoints").iterdir() if p.is_dir()]
     assert len(checkpoints) == 1  # keep: 1

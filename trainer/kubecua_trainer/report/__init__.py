@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 
 from kubecua_trainer.report import views
+from kubecua_trainer.report.cost import cost_view
 from kubecua_trainer.report.curves import plot_curves
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
@@ -137,6 +138,7 @@ class RunReport:
             table=views.task_table(evaluations, PAGES),
             latest=latest,
             curves=self.curves_path.name if self.curves_path.exists() else None,
+            cost=cost_view(self.dir, history),
         )
 
     def _write_step_page(

@@ -97,7 +97,9 @@ async def play_episode(
                     break
             finally:
                 await client.aclose()
-                result.sandbox_seconds += time.monotonic() - held
+                seconds = time.monotonic() - held
+                result.sandbox_seconds += seconds
+                ro.leases.held_seconds += seconds  # the run's cost ledger (cost.py)
     result.seconds = time.monotonic() - started
     return result
 

@@ -41,6 +41,10 @@ class SandboxLeases:
         self._changed = asyncio.Condition()
         self._next = 0
         self._wakers: set[asyncio.Task[None]] = set()
+        # Seconds the sandboxes were held by this process's episodes, summed (cost.py): each
+        # episode adds its own, from its start request to its release's answer, which comes
+        # after the sandbox's reset (rollout/episode.py). Evaluation's episodes count too.
+        self.held_seconds = 0.0
 
     # -- what sources call -------------------------------------------------------------------
     def set_ready(self, urls: list[str] | set[str]) -> None:
