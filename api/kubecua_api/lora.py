@@ -79,3 +79,10 @@ class LoraConfig(ApiModel):
                 "lm_head cannot take an adapter: the learner computes log-probs from its weight"
             )
         return names
+
+
+def sglang_args(lora: LoraConfig) -> list[str]:
+    """The launch flags an sglang server needs to load the run's adapters (/load_lora_adapter
+    refuses an adapter of a higher rank or of other modules than the server was started for)."""
+    return ["--enable-lora", "--max-lora-rank", str(lora.rank),
+            "--lora-target-modules", *lora.target_modules]  # fmt: skip

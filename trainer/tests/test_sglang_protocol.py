@@ -15,6 +15,10 @@ test_the_facts_are_sglangs_own checks the table against the classes wherever sgl
 with `<venv with sglang==0.5.3>/bin/python -m pytest tests/test_sglang_protocol.py` (done for
 0.5.3 when the table was written); in the trainer's venv it is skipped.
 
+The LoRA routes (/load_lora_adapter, /unload_lora_adapter), their classes and LoRAUpdateOutput
+were read the same way from the 0.5.3 wheel (sglang-0.5.3-py3-none-any.whl from PyPI, issue 33);
+test_the_facts_are_sglangs_own covers them but has not been rerun in an sglang venv since.
+
 Real sglang has never run here: these are the request shapes, not proof of a live server.
 """
 
@@ -41,6 +45,8 @@ from kubecua_trainer.engines.sglang import (
     SGLANG_VERSION,
     SGLangEngine,
     generate_payload,
+    load_adapter_payload,
+    unload_adapter_payload,
     update_weights_payload,
 )
 
@@ -58,6 +64,8 @@ Lora = list[str | None] | str | None
 ENDPOINTS = {
     "/generate": "GenerateReqInput",
     "/update_weights_from_disk": "UpdateWeightFromDiskReqInput",
+    "/load_lora_adapter": "LoadLoRAAdapterReqInput",
+    "/unload_lora_adapter": "UnloadLoRAAdapterReqInput",
 }
 # Every field of each dataclass (BaseReq's rid included), with its type; REQUIRED have no default.
 FIELDS: dict[str, dict[str, Any]] = {
@@ -106,8 +114,21 @@ FIELDS: dict[str, dict[str, Any]] = {
         "torch_empty_cache": bool,
         "keep_pause": bool,
     },
+    "LoadLoRAAdapterReqInput": {
+        "rid": Strs,
+        "lora_name": str,
+        "lora_path": str,
+        "pinned": bool,
+        "lora_id": str | None,
+    },
+    "UnloadLoRAAdapterReqInput": {"rid": Strs, "lora_name": str, "lora_id": str | None},
 }
-REQUIRED = {"GenerateReqInput": set(), "UpdateWeightFromDiskReqInput": {"model_path"}}
+REQUIRED = {
+    "GenerateReqInput": set(),
+    "UpdateWeightFromDiskReqInput": {"model_path"},
+    "LoadLoRAAdapterReqInput": {"lora_name", "lora_path"},
+    "UnloadLoRAAdapterReqInput": {"lora_name"},
+}
 # GenerateReqInput.sampling_params is passed as keywords to SamplingParams(...): an unknown key
 # fails the request.
 SAMPLING: dict[str, Any] = {
@@ -141,6 +162,9 @@ SAMPLING: dict[str, Any] = {
 # return_text_in_logprobs); meta_info.finish_reason is {"type": "stop", "matched": id or string},
 # {"type": "length", "length": n} or {"type": "abort", ...}. /update_weights_from_disk answers
 # {"success", "message", "num_paused_requests"}: HTTP 200 when success, else 400.
+# /load_lora_adapter and /unload_lora_adapter answer LoRAUpdateOutput {"success",
+# "error_message", "loaded_adapters"}: HTTP 200 when success, else 400. /generate resolves its
+# lora_path through the server's adapter registry by name (an unknown name fails the request).
 LOGPROB_ENTRY = tuple[float, int, str | None]
 UPDATE_ANSWER = {"success": bool, "message": str, "num_paused_requests": int | None}
 
@@ -181,6 +205,11 @@ def _answer(path: str, body: dict[str, Any]) -> JSONResponse:
         entries = [[-0.5 * (i + 1), t, None] for i, t in enumerate(out)]
         meta = {"finish_reason": finish, "output_token_logprobs": entries}
         return JSONResponse({"text": "", "output_ids": out, "meta_info": meta})
+    if path in ("/load_lora_adapter", "/unload_lora_adapter"):
+        ok = path == "/unload_lora_adapter" or (Path(body["lora_path"]) / "adapter.bin").is_file()
+        lora = {"success": ok, "error_message": None if ok else "no such dir",
+                "loaded_adapters": {}}  # fmt: skip
+        return JSONResponse(lora, status_code=200 if ok else 400)
     ok = body["model_path"].startswith("/ckpt/")
     answer = {"success": ok, "message": "loaded" if ok else "no such dir", "num_paused_requests": 0}
     return JSONResponse(answer, status_code=200 if ok else 400)
@@ -236,6 +265,52 @@ def test_every_body_the_engine_sends_uses_only_sglangs_fields_and_types(recorder
     assert all(b["return_logprob"] is True for p, b in seen if p == "/generate")
     assert len(seen[6][1]["image_data"]) == 2
     assert seen[-1][1] == {"model_path": "/ckpt/weights/step-00000003", "weight_version": "3"}
+
+
+def test_a_lora_run_loads_each_steps_adapter_and_every_generation_names_it(
+    recorder: Any, tmp_path: Path
+) -> None:
+    """verl#5220: rollouts ran without the trained adapter. Here each step's adapter directory
+    is loaded on every server, each /generate after it names that adapter, and adapters older
+    than the previous one are unloaded; every body fits sglang 0.5.3's classes."""
+    url, seen = recorder
+    steps = {}
+    for step in (1, 2, 3):
+        steps[step] = tmp_path / f"step-{step}"
+        steps[step].mkdir()
+        (steps[step] / "adapter_config.json").write_text("{}")  # lora.is_adapter_dir
+        (steps[step] / "adapter.bin").write_text("")  # what the stand-in loads
+
+    async def run() -> list[str | None]:
+        engine = SGLangEngine([url, url], image_pad_id=PAD)
+        names = [engine.adapter]
+        await engine.generate([1, 5], [], SAMPLINGS[1])  # before any update: the base
+        for step, path in steps.items():
+            await engine.update_weights(step, str(path))
+            names.append(engine.adapter)
+            await engine.generate([1, PAD, 5], [screenshot(step)], SAMPLINGS[1])
+        broken = tmp_path / "broken"  # a config, but nothing the server can load
+        broken.mkdir()
+        (broken / "adapter_config.json").write_text("{}")
+        with pytest.raises(EngineError, match=r"load_lora_adapter: HTTP 400.*no such dir"):
+            await engine.update_weights(4, str(broken))
+        assert engine.adapter == names[-1]  # a failed load leaves generation on the last one
+        await engine.close()
+        return names
+
+    _, first, second, third = asyncio.run(run())
+    for path, body in seen:
+        check_request(path, body)
+    generations = [b for p, b in seen if p == "/generate"]
+    assert "lora_path" not in generations[0]
+    assert [b["lora_path"] for b in generations[1:]] == [first, second, third]
+    assert len({first, second, third}) == 3
+    loads = [b for p, b in seen if p == "/load_lora_adapter"]
+    assert [(b["lora_name"], b["lora_path"]) for b in loads[:6:2]] == [
+        (first, str(steps[1])), (second, str(steps[2])), (third, str(steps[3]))
+    ]  # fmt: skip
+    assert [b for p, b in seen if p == "/unload_lora_adapter"] == [{"lora_name": first}] * 2
+    assert not [p for p, _ in seen if p == "/update_weights_from_disk"]  # the base stays
 
 
 def test_the_engine_reads_answers_shaped_as_sglang_writes_them(recorder: Any) -> None:
@@ -315,3 +390,11 @@ def test_the_facts_are_sglangs_own() -> None:
     update = update_weights_payload("/ckpt/weights/step-00000001", 1)
     req = TypeAdapter(io_struct.UpdateWeightFromDiskReqInput).validate_python(update)
     assert (req.model_path, req.weight_version) == ("/ckpt/weights/step-00000001", "1")
+    load = TypeAdapter(io_struct.LoadLoRAAdapterReqInput).validate_python(
+        load_adapter_payload("kubecua-1-step-1", "/ckpt/step-00000001")
+    )
+    assert (load.lora_name, load.lora_path) == ("kubecua-1-step-1", "/ckpt/step-00000001")
+    unload = unload_adapter_payload("kubecua-1-step-1")
+    TypeAdapter(io_struct.UnloadLoRAAdapterReqInput).validate_python(unload)
+    adapted = generate_payload([1, 5], [], SAMPLINGS[0], PAD, "kubecua-1-step-1")
+    TypeAdapter(io_struct.GenerateReqInput).validate_python(adapted).normalize_batch_and_arguments()

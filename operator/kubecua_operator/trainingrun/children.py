@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from kubecua_api import lora
 from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import names
 from kubecua_operator.sandboxpool import backends
@@ -200,7 +201,8 @@ def build_sglang(run: Run, settings: Settings) -> list[Obj]:
         "image": settings.sglang_image,
         "command": ["python3", "-m", "sglang.launch_server"],
         "args": ["--model-path", spec.model.path, "--host", "0.0.0.0", "--port", str(SGLANG_PORT),
-                 "--tp-size", str(max(gpus, 1))],
+                 "--tp-size", str(max(gpus, 1)),
+                 *(lora.sglang_args(spec.model.lora) if spec.model.lora else [])],
         "ports": [{"name": "http", "containerPort": SGLANG_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": SGLANG_PORT}, "periodSeconds": 5},
         "resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {},

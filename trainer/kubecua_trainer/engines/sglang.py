@@ -23,6 +23,16 @@ response shapes are tested against a small loopback server (tests/test_engine_sg
   server GPUs joining the trainer's world), works for any number of trainer ranks and servers,
   and its cost (a 3B bf16 write + load, seconds) is hidden by rollout.maxStaleness >= 1.
   /update_weights_from_tensor is for servers colocated on the trainer's GPUs, which we do not run.
+- With spec.model.lora the step's directory holds a peft adapter (adapter_config.json; lora.py),
+  not a model: every server loads it through /load_lora_adapter {"lora_name", "lora_path"} under
+  a name new to the servers, each /generate names it in "lora_path" (sglang's field for the
+  adapter's name), and adapters older than the previous one are unloaded through
+  /unload_lora_adapter {"lora_name"} (requests still on the previous one finish on it). The base
+  weights never change. The servers need --enable-lora with --max-lora-rank and
+  --lora-target-modules covering spec.model.lora (kubecua_api.lora.sglang_args; the
+  operator's sglang Deployment passes them). verl#5220: rollouts ran
+  silently without the trained adapter; here a /generate without the step's adapter name cannot
+  be sent once one is loaded (tests/test_sglang_protocol.py checks the bodies).
 - Before its first request the engine waits until every server answers GET /health (wait_ready):
   the operator starts the trainer and the sglang Deployment together, and a server refuses
   connections while it loads the model, then answers 503 until its warm-up is done (sglang's
@@ -37,6 +47,7 @@ import base64
 import io
 import itertools
 import logging
+import secrets
 import time
 from dataclasses import replace
 from typing import Any
@@ -45,6 +56,7 @@ import httpx
 from PIL import Image
 
 from kubecua_trainer.engines.base import EngineError, Generation, SamplingParams, cut_at_stop
+from kubecua_trainer.lora import is_adapter_dir
 
 log = logging.getLogger(__name__)
 SGLANG_VERSION = "0.5.3"  # the sglang release whose native API this client speaks
@@ -73,7 +85,11 @@ def image_data_uri(image: Image.Image) -> str:
 
 
 def generate_payload(
-    prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams, pad_id: int
+    prompt_ids: list[int],
+    images: list[Image.Image],
+    sampling: SamplingParams,
+    pad_id: int,
+    adapter: str | None = None,
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "input_ids": collapse_image_pads(prompt_ids, pad_id),
@@ -88,12 +104,23 @@ def generate_payload(
     }
     if images:
         payload["image_data"] = [image_data_uri(im) for im in images]
+    if adapter is not None:  # sglang 0.5.3 takes a loaded adapter's name in lora_path
+        payload["lora_path"] = adapter
     return payload
 
 
 def update_weights_payload(model_path: str, step: int) -> dict[str, Any]:
     """The body of /update_weights_from_disk: the servers load model_path, tagged with the step."""
     return {"model_path": model_path, "weight_version": str(step)}
+
+
+def load_adapter_payload(name: str, path: str) -> dict[str, Any]:
+    """The body of /load_lora_adapter: the servers load the adapter directory under `name`."""
+    return {"lora_name": name, "lora_path": path}
+
+
+def unload_adapter_payload(name: str) -> dict[str, Any]:
+    return {"lora_name": name}
 
 
 def parse_generation(body: dict[str, Any], sampling: SamplingParams) -> Generation:
@@ -193,6 +220,10 @@ class SGLangEngine:
         self._client = httpx.AsyncClient(timeout=timeout_s)
         self._ready: asyncio.Future[None] | None = None  # one wait shared by every request
         self.weights_step: int | None = None  # the step whose weights the servers hold
+        self.adapter: str | None = None  # the adapter every /generate names (spec.model.lora)
+        self._adapters: list[str] = []  # loaded by this engine, oldest first
+        # Adapter names new to servers that outlive this trainer (sglang refuses a known name).
+        self._session = secrets.token_hex(4)
 
     async def wait_ready(self) -> None:
         """Wait (once; concurrent callers share the wait and its outcome) until every server
@@ -222,8 +253,8 @@ class SGLangEngine:
     async def generate(
         self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
     ) -> Generation:
-        payload = generate_payload(prompt_ids, images, sampling, self.image_pad_id)
         version = self.weights_step or 0  # read before: a reload meanwhile only makes it newer
+        payload = generate_payload(prompt_ids, images, sampling, self.image_pad_id, self.adapter)
         body = await self._post(f"{next(self._next)}/generate", payload)
         return replace(parse_generation(body, sampling), policy_version=version)
 
@@ -234,6 +265,9 @@ class SGLangEngine:
             log.info(
                 "step %d: no checkpoint to load; sglang keeps step %s", step, self.weights_step
             )
+            return
+        if is_adapter_dir(checkpoint_dir):
+            await self._load_adapter(step, checkpoint_dir)
             return
         payload = update_weights_payload(checkpoint_dir, step)
         bodies = await asyncio.gather(
@@ -248,6 +282,18 @@ class SGLangEngine:
     def forget_cache(self, timeout: float = 0.0) -> bool:
         """Nothing to free here: the servers' KV lives on their own GPUs."""
         return True
+
+    async def _load_adapter(self, step: int, path: str) -> None:
+        """Every server loads the step's adapter; generation switches to it; adapters older
+        than the previous one are unloaded."""
+        name = f"kubecua-{self._session}-step-{step}"
+        payload = load_adapter_payload(name, path)
+        await asyncio.gather(*(self._post(f"{u}/load_lora_adapter", payload) for u in self.urls))
+        self._adapters.append(name)
+        self.adapter, self.weights_step = name, step
+        while len(self._adapters) > 2:
+            old = unload_adapter_payload(self._adapters.pop(0))
+            await asyncio.gather(*(self._post(f"{u}/unload_lora_adapter", old) for u in self.urls))
 
     async def close(self) -> None:
         if self._ready is not None and not self._ready.done():
