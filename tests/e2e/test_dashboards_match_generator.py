@@ -22,6 +22,7 @@ REQUIRED_PANELS = {
         "Tokens per second", "Step time", "Checkpoint age",
         "Held-out success rate and pass@k", "Held-out success by task",
         "Evaluation episodes by outcome",
+        "Cost per trajectory", "Money per successful trajectory", "Sandbox-hours leased",
     },
     "kubecua-fleet.json": {
         "Sandboxes by state per pool", "Step latency", "Reset latency",

@@ -428,6 +428,7 @@ def trainingrun(ns: str) -> dict:
             "checkpoint": {"volume": "checkpoints", "path": "/ckpt", "everySteps": 100},
             "steps": STEPS,
             "metrics": {"port": 9400},
+            "cost": {"pricePerSandboxHour": 0.25, "pricePerGpuHour": 2.5},  # money in status
         },
     }  # fmt: skip
 
@@ -563,6 +564,8 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
     second_log = LogFollower(cluster, pool, second.metadata.name, root / "trainer-2.log")
     wait_run(cluster, pool, "{.status.phase}=Succeeded", timeout=600)
     end = time.time()
+    leases = episode_server_leases(cluster, pool)  # before anything else leases them
+    table = str(cluster.kubectl("get", f"trainingrun/{RUN}", "-n", pool, "-o", "wide").stdout)
     wait_until(lambda: _scraped_after(prometheus, end), 30, "a scrape after the run")
     return {
         "start": first.status.start_time.timestamp(),
@@ -573,7 +576,24 @@ def training(cluster: Cluster, pool: str, prometheus: str, tmp_path_factory) -> 
         "suspended": suspended,
         "final": run_status(cluster, pool),
         "ckpt": root / "ckpt",
+        "leases": leases,
+        "table": table,
     }
+
+
+def episode_server_leases(cluster: Cluster, ns: str) -> dict[str, float]:
+    """The pool's leases as its episode servers count them (their open /metrics, read from the
+    host at each pod's IP): summed seconds and how many."""
+    core = client.CoreV1Api(cluster.api_client())
+    total = {"seconds": 0.0, "leases": 0.0}
+    for pod in core.list_namespaced_pod(ns, label_selector=f"kubecua.dev/pool={POOL}").items:
+        text = httpx.get(f"http://{pod.status.pod_ip}:8000/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("kubecua_sandbox_lease_duration_seconds_sum "):
+                total["seconds"] += float(line.split()[-1])
+            elif line.startswith("kubecua_sandbox_lease_duration_seconds_count "):
+                total["leases"] += float(line.split()[-1])
+    return total
 
 
 def test_trainer_pod_trains_its_grpo_steps_on_the_real_node_and_patches_status(training):
@@ -587,6 +607,28 @@ def test_trainer_pod_trains_its_grpo_steps_on_the_real_node_and_patches_status(t
     evaluation = status["evaluation"]
     assert (evaluation["step"], evaluation["episodes"] + evaluation["excluded"]) == (STEPS, 1)
     assert [t["id"] for t in evaluation["tasks"]] == [HELD_OUT]
+
+
+def test_recorded_sandbox_seconds_agree_with_the_leases_the_episode_servers_report(training):
+    """status.cost (trainer/kubecua_trainer/cost.py), over both trainer pods of the suspended
+    and resumed run, against the episode servers' own lease histograms: every lease of the run
+    (training, the two evaluations, and what the suspend abandoned) is counted once. The trainer
+    times a lease from its start request to its release's answer, the server from receiving
+    the start to the verified reset: the trainer's is longer by the round trips only."""
+    cost, servers = training["final"]["cost"], training["leases"]
+    assert cost["trajectories"] == STEPS * 2  # groupSize 2, 1 task a step; none played twice
+    assert servers["leases"] >= cost["trajectories"] + 2  # and the 2 evaluation episodes
+    slack = 0.05 * servers["leases"]  # 50 ms of round trips a lease at most
+    assert servers["seconds"] <= cost["sandboxSeconds"] <= servers["seconds"] + slack, (
+        cost, servers)  # fmt: skip
+    assert cost["gpuSeconds"] == 0.0  # a CPU run holds no GPU
+    per = cost["sandboxSeconds"] / cost["trajectories"]
+    assert cost["sandboxSecondsPerTrajectory"] == pytest.approx(per, abs=1e-3)
+    money = cost["sandboxSeconds"] / 3600 * 0.25  # at the spec's 0.25 a sandbox-hour
+    assert (cost["currency"], cost["total"]) == ("USD", pytest.approx(money, abs=1e-5))
+    # `kubectl get -o wide` shows the per-trajectory columns.
+    header = training["table"].splitlines()[0].split()
+    assert {"COST/SUCCESS", "SANDBOX-S/TRAJ", "GPU-S/TRAJ"} <= set(header), training["table"]
 
 
 def test_suspend_sigterms_the_trainer_which_checkpoints_and_the_new_pod_resumes(training):

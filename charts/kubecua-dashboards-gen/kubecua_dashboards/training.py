@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
+from kubecua_dashboards.cost import cost_row
 from kubecua_dashboards.panels import NS, base, graph, quantiles, row, single, stacked
 
 T = "kubecua_trainer_"
@@ -79,6 +80,7 @@ def build() -> db.Dashboard:
             ],
         )
     )
+    d = cost_row(d)
     d = d.with_row(row("Speed"))
     d = d.with_panel(
         graph(

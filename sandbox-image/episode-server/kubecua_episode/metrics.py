@@ -35,6 +35,14 @@ class Metrics:
             "kubecua_sandbox_evaluate_duration_seconds", "desktop-env evaluation", registry=r,
             buckets=BUCKETS,
         )  # fmt: skip
+        # Its _sum is every second this sandbox was leased, what a trainer's cost accounting
+        # (trainer/kubecua_trainer/cost.py) must agree with; its _count the leases.
+        self.lease_duration = Histogram(
+            "kubecua_sandbox_lease_duration_seconds",
+            "Episode start request to verified reset after its release (setup failures too)",
+            registry=r,
+            buckets=(*BUCKETS, 256.0, 512.0, 1024.0),
+        )
         self.episodes = Counter(
             "kubecua_sandbox_episodes_total",
             "Finished episodes by outcome (success, failure, unscored, setup_failed, abandoned)",

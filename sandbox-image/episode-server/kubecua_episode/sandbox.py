@@ -413,6 +413,7 @@ class Sandbox:
             self.metrics.busy.set(0)
         self.clean_problems, self.last_reset_seconds = problems, seconds
         self.episodes_served += 1
+        self.metrics.lease_duration.observe(time.monotonic() - ep.started)
         self.metrics.reset_duration.observe(seconds)
         if problems:
             self.metrics.reset_failures.inc()

@@ -250,9 +250,17 @@ def test_auth_and_size_limits(sandbox: LocalSandbox, http: httpx.Client) -> None
 
 
 def test_metrics_count_episodes_and_durations(http: httpx.Client) -> None:
+    leased = _metric(http, "kubecua_sandbox_lease_duration_seconds_sum")
+    leases = _metric(http, "kubecua_sandbox_lease_duration_seconds_count")
+    t0 = time.monotonic()
     eid = _start(http, {**WRITE_TASK, "config": []})
     http.post(f"/episodes/{eid}/evaluate")
     http.delete(f"/episodes/{eid}")
+    held = time.monotonic() - t0  # the client's view of the lease: start to released
+    # The lease as the server counts it: within the client's view, less only the round trips.
+    assert _metric(http, "kubecua_sandbox_lease_duration_seconds_count") == leases + 1
+    own = _metric(http, "kubecua_sandbox_lease_duration_seconds_sum") - leased
+    assert held - 0.5 < own <= held
     text = httpx.get(str(http.base_url) + "/metrics").text
     assert 'kubecua_sandbox_episodes_total{outcome="success"}' in text
     counts = [line for line in text.splitlines()
