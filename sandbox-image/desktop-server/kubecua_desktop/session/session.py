@@ -26,6 +26,7 @@ from kubecua_desktop.session.setup_home import prepare_home
 from kubecua_desktop.session.xserver import start_xvfb
 
 WRAPPER = Path(__file__).resolve().parent / "google-chrome"
+SOCAT = Path(__file__).resolve().parent / "socat"  # listening ports reused across episodes
 # A hard link beside Chromium's resources, made by install/install-desktop.sh: the browser then
 # runs as "chrome" (a symlink is not enough, Chromium re-executes its real path).
 CHROME_LINK = Path("/usr/lib/chromium/chrome")
@@ -95,6 +96,7 @@ class DesktopSession:
         bin_dir = self.runtime / "bin"
         bin_dir.mkdir(exist_ok=True)
         shutil.copy(WRAPPER, bin_dir / "google-chrome")
+        shutil.copy(SOCAT, bin_dir / "socat")
         chrome = CHROME_LINK
         if not CHROME_LINK.exists():
             log.warning("%s missing (run install-desktop.sh): `pkill chrome` will miss it", chrome)
