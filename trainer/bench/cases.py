@@ -178,6 +178,36 @@ def learner_step(a: SimpleNamespace) -> dict:
     return report | info
 
 
+def lora_step(a: SimpleNamespace) -> dict:
+    """Learner.step training a LoRA adapter (spec.model.lora, lora.py) on a frozen bf16 base:
+    forward, backward, clipping and AdamW over the adapter alone (its fp32 state is small, so it
+    stays on the GPU: no offload)."""
+    from kubecua_api.lora import LoraConfig
+    from kubecua_trainer.lora import adapter_param_names, add_adapter
+
+    model, ckpt, info = _optimised(a)
+    add_adapter(model, LoraConfig.model_validate(a.lora), a.model)
+    policy = bench_policy(model)
+    learner = Learner(policy, ALGO)  # torch AdamW over the adapter's parameters
+    width, height = a.size
+    samples = [synthetic_sample(model, a.images, width, height, i) for i in range(a.samples)]
+    metrics: dict[str, float] = {}
+
+    def run() -> None:
+        metrics.update(learner.step(samples))
+
+    seconds = timed(run, a.repeats)
+    report = _report(model, samples, seconds, ckpt)
+    trained = sum(p.numel() for n, p in model.named_parameters() if n in
+                  set(adapter_param_names(model)))  # fmt: skip
+    # bench/flops.py counts full fine-tuning (weight gradients of every layer): not this step's
+    report["tflops"] = None
+    report |= {"samples_per_second": round(len(samples) / seconds, 3), "lora": a.lora,
+               "adapter_parameters": trained, "loss": metrics.get("loss"),
+               "grad_norm": metrics.get("grad_norm")}  # fmt: skip
+    return report | info
+
+
 def vision_only(a: SimpleNamespace) -> dict:
     """The vision tower alone, forward+backward (its blocks checkpointed, as in the learner),
     with SDPA pieces, then varlen attention, then also the patch embedding as a matmul."""
@@ -212,5 +242,6 @@ CASES: dict[str, Callable[[SimpleNamespace], dict]] = {
     "naive": naive_fwd_bwd,
     "fwd_bwd": fwd_bwd,
     "learner_step": learner_step,
+    "lora_step": lora_step,
     "vision": vision_only,
 }

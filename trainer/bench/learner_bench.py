@@ -6,7 +6,8 @@ case in its own process: the naive baseline (plain HF forward, full-vocabulary f
 the whole sequence, with and without gradient checkpointing), the vision tower alone (SDPA vs varlen
 flash attention), the optimised learner forward+backward on 8 x 1280x720, and full learner steps
 (forward, backward, clipping, AdamW with offloaded fp32 master state) on 15 x 1920x1080 for both
-shapes and on a GRPO batch of 8 trajectories x 8 screenshots, with the pipelined offloaded AdamW
+shapes and on a GRPO batch of 8 trajectories x 8 screenshots, a LoRA adapter's step on the 7B shape
+on 15 x 1920x1080 (issue 33; bench/cases.py lora_step), with the pipelined offloaded AdamW
 step, with the serial one and with the deferred one the trainer uses (speedups/optimizer.py;
 step_rate_vs_fwd_bwd: the whole step's tokens/s over forward+backward's, back to back, and for the
 deferred step also its own, without the wait for the previous step's update). Prints one JSON
@@ -45,6 +46,11 @@ GPU_CASES: dict[str, dict[str, Any]] = {
                         "text_ckpt": 1.0, "samples": 1, **_STEP},
     "step_15x1080_4b": {"kind": "learner_step", **_3B, "model": "qwen3_vl_4b", "images": 15,
                         "size": R1080, **_OPT, "text_ckpt": 1.0, "samples": 1, **_STEP},
+    # issue 33: the 7B shape training a LoRA adapter (rank 16 on q, k, v, o: the spec's
+    # defaults) on the same episode; compare with step_15x1080_3b (full fine-tuning)
+    "step_15x1080_7b_lora": {"kind": "lora_step", **_3B, "model": "qwen2_5_vl_7b", "images": 15,
+                             "size": R1080, **_OPT, "text_ckpt": 1.0, "samples": 1,
+                             "repeats": 2, "lora": {"rank": 16}},
     "grpo_8x8x720_3b": {"kind": "learner_step", **_3B, **_OPT, "samples": 8, **_STEP},
     # the offloaded AdamW step as it was before issue 24 item 3: no pipeline (the same bits)
     "grpo_8x8x720_3b_serial": {"kind": "learner_step", **_3B, **_OPT, "samples": 8, **_STEP,
@@ -72,6 +78,7 @@ CPU_CASES: dict[str, dict[str, Any]] = {
                             "offload": True, "pipeline": False},
     "step_offload_deferred": {"kind": "learner_step", **_OPT, **_TINY, "samples": 2,
                               "offload": True, "defer": True},
+    "step_lora": {"kind": "lora_step", **_OPT, **_TINY, "samples": 2, "lora": {"rank": 4}},
 }  # fmt: skip
 
 
