@@ -43,6 +43,21 @@ Quantity = Annotated[
     ),
 ]
 
+# Patterns of strings the operator copies into a Job, Pod or Service, so that the API server
+# refuses a bad one at the run's or pool's admission, naming the field, and not later at the
+# child's (where only a condition can tell of it). An image reference as the kubelet parses it
+# (docker's grammar: [registry[:port]/]path[:tag][@digest]); a label value (a Kueue queue name
+# lands on the trainer Job as one); an absolute mount path (the API refuses ':').
+IMAGE_PATTERN = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
+    r"(:[0-9]+)?/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*"
+    r":[0-9a-fA-F]{32,})?$"
+)
+Image = Annotated[str, StringConstraints(max_length=1024, pattern=IMAGE_PATTERN)]
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+MOUNT_PATH_PATTERN = r"^/[^:]*$"
+
 # RFC 3339 time as the API server writes it; kept a string (status is patched as JSON).
 DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, WithJsonSchema
 
-from kubecua_api.common import ApiModel, Condition, Quantity, conditions, defaulted
+from kubecua_api.common import ApiModel, Condition, Image, Quantity, conditions, defaulted
 
 # An external sandbox: http://host[:port][/], the port 1-65535.
 ENDPOINT_PATTERN = (
@@ -39,6 +39,21 @@ PortOrName = Annotated[
 ]
 
 
+# A toleration as the Pod API has it (its fields bounded; anything else the Pod API refuses).
+TOLERATION_SCHEMA: Any = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "maxProperties": 5,
+    "properties": {
+        "key": {"type": "string", "maxLength": 317},
+        "operator": {"type": "string", "enum": ["Exists", "Equal"]},
+        "value": {"type": "string", "maxLength": 63},
+        "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    },
+}
+
+
 class Screen(ApiModel):
     width: int = Field(default=1920, ge=640, le=7680, description="Width in pixels.")
     height: int = Field(default=1080, ge=480, le=4320, description="Height in pixels.")
@@ -56,9 +71,8 @@ class SandboxResources(ApiModel):
 
 
 class PodDesktop(ApiModel):
-    image: str | None = Field(
+    image: Image | None = Field(
         default=None,
-        max_length=1024,
         description="Sandbox image (episode server and desktop in one pod); the operator's"
         " default when empty.",
     )
@@ -67,15 +81,15 @@ class PodDesktop(ApiModel):
         description="Kubernetes ResourceRequirements of the sandbox container (limits and"
         " requests, as quantities).",
     )
-    node_selector: dict[str, str] | None = Field(
-        default=None, description="Node labels the sandbox pods must match."
+    # Bounded: each sandbox pod gets a copy (an unbounded spec was admitted at 913 KB).
+    node_selector: dict[str, LabelValue] | None = Field(
+        default=None, max_length=32, description="Node labels the sandbox pods must match."
     )
     tolerations: list[dict[str, Any]] | None = Field(
         default=None,
+        max_length=32,
         description="Kubernetes tolerations of the sandbox pods.",
-        json_schema_extra={
-            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-        },
+        json_schema_extra={"items": TOLERATION_SCHEMA},
     )
 
 
@@ -110,9 +124,8 @@ class VmDesktop(ApiModel):
 
 
 class KubevirtDesktop(ApiModel):
-    container_disk: str | None = Field(
+    container_disk: Image | None = Field(
         default=None,
-        max_length=1024,
         description="Image holding the desktop disk (e.g. OSWorld's Ubuntu image); ephemeral, so a"
         " restart resets it.",
     )
@@ -131,9 +144,8 @@ class KubevirtDesktop(ApiModel):
         le=65535,
         description="Port of the OSWorld desktop server inside the guest.",
     )
-    episode_server_image: str | None = Field(
+    episode_server_image: Image | None = Field(
         default=None,
-        max_length=1024,
         description="Image of the episode-server pod pointed at the VM; the operator's sandbox"
         " image when empty.",
     )

@@ -21,7 +21,17 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from kubecua_api.common import ApiModel, Condition, DateTime, Quantity, conditions, defaulted
+from kubecua_api.common import (
+    LABEL_VALUE_PATTERN,
+    MOUNT_PATH_PATTERN,
+    ApiModel,
+    Condition,
+    DateTime,
+    Image,
+    Quantity,
+    conditions,
+    defaulted,
+)
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
 from kubecua_api.cost import CostConfig, CostStatus
 from kubecua_api.curriculum import CurriculumConfig
@@ -351,9 +361,8 @@ class TrainerConfig(ApiModel):
     gpus_per_node: int = Field(
         default=0, ge=0, description="GPUs per trainer pod; 0 trains on the CPU."
     )
-    image: str | None = Field(
+    image: Image | None = Field(
         default=None,
-        max_length=1024,
         description="Trainer image; the operator's default when empty.",
     )
     resources: TrainerResources | None = Field(
@@ -386,7 +395,10 @@ class CheckpointConfig(ApiModel):
         " then needs those pods on trainer pod 0's node).",
     )
     path: str = Field(
-        default=CHECKPOINT_PATH, max_length=4096, description="Checkpoint root directory."
+        default=CHECKPOINT_PATH,
+        max_length=4096,
+        pattern=MOUNT_PATH_PATTERN,
+        description="Checkpoint root directory (absolute; the trainer's and sglang's mount path).",
     )
     every_steps: int = Field(default=10, ge=1, description="Save every N steps (and at the end).")
     keep: int = Field(default=3, ge=1, description="Checkpoints kept.")
@@ -405,6 +417,7 @@ class KueueConfig(ApiModel):
     queue_name: str | None = Field(
         default=None,
         max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
         description="Sets the kueue.x-k8s.io/queue-name label on the trainer Job. Immutable"
         " (neither changed nor removed).",
     )

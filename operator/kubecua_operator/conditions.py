@@ -12,7 +12,7 @@ from typing import Any
 # SandboxPool
 READY = "Ready"
 PROGRESSING = "Progressing"
-DEGRADED = "Degraded"
+DEGRADED = "Degraded"  # runs too: a child that is someone else's, or that the API refused
 SCALING_LIMITED = "ScalingLimited"
 # Both kinds, while a run asks its pool for capacity (spec.sandboxes.capacity)
 DEMAND_MET = "DemandMet"
@@ -62,9 +62,21 @@ def merge(old: list[Condition], new: list[Condition], now: str | None = None) ->
     for cond in new:
         prev = find(old, cond["type"])
         same = prev is not None and prev.get("status") == cond["status"]
-        when = prev.get("lastTransitionTime") if same and prev else None
+        when = not_future(prev.get("lastTransitionTime"), stamp) if same and prev else None
         out.append({**cond, "lastTransitionTime": when or stamp})
     return out
+
+
+def not_future(stamp: str | None, now: str) -> str | None:
+    """`stamp`, or None when it lies in the future (RFC 3339 UTC strings compare as times): a
+    time this operator never wrote, since status is writable by whoever may patch it.
+
+    >>> not_future("2099-01-01T00:00:00Z", "2026-11-27T00:00:00Z"), not_future("T0", "T1")
+    (None, 'T0')
+    """
+    if stamp is None or str(stamp) > now:
+        return None
+    return str(stamp)
 
 
 def transitions(old: list[Condition], new: list[Condition]) -> list[Condition]:

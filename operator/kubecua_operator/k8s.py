@@ -70,7 +70,12 @@ class Kube:
             )  # fmt: skip
         except ApiException as err:
             # 5xx and status 0 (no HTTP answer) mean the API is down or restarting.
-            (HEALTH.failed if err.status in (0, None) or err.status >= 500 else HEALTH.ok)()
+            if err.status in (0, None) or err.status >= 500:
+                HEALTH.failed()
+            elif err.status == 403:
+                HEALTH.denied(str(err.body or ""))
+            else:
+                HEALTH.ok()
             raise
         except (HTTPError, OSError):
             HEALTH.failed()

@@ -54,10 +54,14 @@ async def cleanup(**_: Any) -> None:
 @kopf.on.probe(id="apiReachable")
 async def api_reachable(**_: Any) -> float:
     """Liveness: fails once the API has been unreachable longer than api_grace_seconds (the
-    indexes then cannot be trusted; a restart re-lists everything)."""
-    down = HEALTH.unreachable_for()
-    if down > settings_mod.get().api_grace_seconds:
+    indexes then cannot be trusted; a restart re-lists everything), or once RBAC has denied
+    every request for as long (the operator cannot do its job: its statuses go stale)."""
+    down, denied = HEALTH.unreachable_for(), HEALTH.denied_for()
+    grace = settings_mod.get().api_grace_seconds
+    if down > grace:
         raise kopf.PermanentError(f"Kubernetes API unreachable for {down:.0f}s")
+    if denied > grace:
+        raise kopf.PermanentError(f"RBAC has denied the operator's requests for {denied:.0f}s")
     return round(down, 1)
 
 

@@ -18,6 +18,9 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kubecua-operator"}
 OPERATOR_POD_LABEL = {"app.kubernetes.io/name": "kubecua-operator"}
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# On a trainer's pods: the uid of their run, whose controller reference the admission guard
+# requires on the ServiceAccount they run as (charts/kubecua/templates/admissionpolicies.yaml).
+RUN_UID_ANNOTATION = f"{GROUP}/trainingrun-uid"
 TOKEN_MOUNT = "/var/run/kubecua/sandbox-token"
 MIN_TOKEN_BYTES = 16
 # Label domains the operator owns or that select traffic and workloads: a user's value for any

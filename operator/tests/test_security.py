@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -32,6 +33,7 @@ SA = f"system:serviceaccount:{OP_NS}:{RELEASE}-kubecua-operator"
 R = {"get", "list", "watch"}
 CRUD = {"get", "list", "watch", "create", "patch", "delete"}
 APPLY = {"create", "patch"}  # server-side apply: a patch, which may create
+OWNED_APPLY = APPLY | {"get"}  # read first: never applied onto someone else's namesake
 # Every verb the chart grants, resource by resource (docs/reliability.md says why each).
 GRANTED = {
     "sandboxpools.kubecua.dev": {"list", "watch", "patch"},
@@ -42,16 +44,16 @@ GRANTED = {
     "services": CRUD,
     "endpointslices.discovery.k8s.io": CRUD,
     "secrets": {"create"},
-    "configmaps": APPLY | {"get"},  # get only for a trainer's Role
-    "serviceaccounts": APPLY,
-    "events": {"create"},
-    "networkpolicies.networking.k8s.io": APPLY,
-    "roles.rbac.authorization.k8s.io": APPLY,
-    "rolebindings.rbac.authorization.k8s.io": APPLY,
-    "jobs.batch": {"list", "watch", "create", "patch"},
-    "deployments.apps": APPLY,
+    "configmaps": OWNED_APPLY,
+    "serviceaccounts": OWNED_APPLY,
+    "events": {"list", "create"},  # list: a trainer Job's FailedCreate
+    "networkpolicies.networking.k8s.io": OWNED_APPLY,
+    "roles.rbac.authorization.k8s.io": OWNED_APPLY,
+    "rolebindings.rbac.authorization.k8s.io": OWNED_APPLY,
+    "jobs.batch": {"get", "list", "watch", "create", "patch"},
+    "deployments.apps": OWNED_APPLY,
     "virtualmachines.kubevirt.io": {"get", "list", "create", "patch", "delete"},
-    "podmonitors.monitoring.coreos.com": APPLY,
+    "podmonitors.monitoring.coreos.com": OWNED_APPLY,
     "workloads.kueue.x-k8s.io": {"list", "patch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"list", "watch"},
     "namespaces": {"list", "watch"},
@@ -339,3 +341,34 @@ def grant_secret(
     cluster.kubectl("apply", "-f", "-", input=json.dumps(role))
     cluster.kubectl("create", "rolebinding", "read-one", "--role=read-one", f"--user={user}",
                     "-n", namespace)  # fmt: skip
+
+
+def test_health_fails_while_rbac_denies_the_operator_everything(
+    cluster, kube, chart_rbac, operator, token_key, tmp_path, namespace
+):
+    """Issue 35: with its ClusterRoleBinding gone, /healthz stayed 200 while every status went
+    stale. It fails once every request has been denied for the grace period, and recovers."""
+    operator.stop()
+    env = {"KUBECUA_OPERATOR_TOKEN_KEY_FILE": str(token_key),
+           "KUBECUA_OPERATOR_API_GRACE_SECONDS": "3"}  # fmt: skip
+    proc = OperatorProcess(sa_kubeconfig(cluster, tmp_path / "sa.yaml"), tmp_path / "op.log", env)
+    binding = f"{RELEASE}-kubecua-operator"
+    try:
+        proc.start()
+        kube.create(pool_manifest("desks", namespace, 1))
+        wait_pool(kube, namespace, "desks", ready=1, total=1)
+        cluster.kubectl("delete", "clusterrolebinding", binding)
+        wait_until(lambda: not healthy(proc), 90, "/healthz to fail")
+        cluster.kubectl("apply", "-f", "-", input=chart_rbac)  # the binding back
+        wait_until(lambda: healthy(proc), 90, "/healthz to recover")
+    finally:
+        cluster.kubectl("apply", "-f", "-", input=chart_rbac, check=False)
+        proc.stop()
+        operator.start()
+
+
+def healthy(proc: OperatorProcess) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{proc.health_port}/healthz", timeout=2).is_success
+    except httpx.HTTPError:
+        return False

@@ -122,7 +122,7 @@ def test_cluster_scope_grants_no_wildcards_and_never_lists_secrets():
 def test_admission_policies_guard_references_the_operators_writes_and_its_label():
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
-    names = ["references", "guard", "workloads", "owner-label"]
+    names = ["references", "guard", "workloads", "owner-label", "endpoints", "identities"]
     assert set(policies) == {f"kubecua-operator-{n}" for n in names}
     operator = '"system:serviceaccount:kubecua-system:kubecua-operator"'
     guard = policies["kubecua-operator-guard"]["spec"]
@@ -144,6 +144,14 @@ def test_admission_policies_guard_references_the_operators_writes_and_its_label(
     assert resources == {"pods", "jobs", "deployments", "replicasets"}
     bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
+    # Two read the objects a write would reach as parameters: every Service (an EndpointSlice's)
+    # and every ServiceAccount (a trainer pod's) of the request's namespace.
+    params = {b["spec"]["policyName"]: b["spec"].get("paramRef") for b in bindings}
+    assert params["kubecua-operator-endpoints"]["selector"] == {}
+    assert params["kubecua-operator-identities"]["parameterNotFoundAction"] == "Deny"
+    kinds = {n: p["spec"].get("paramKind", {}).get("kind") for n, p in policies.items()}
+    assert kinds["kubecua-operator-endpoints"] == "Service"
+    assert kinds["kubecua-operator-identities"] == "ServiceAccount"
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
     assert all(p["spec"]["failurePolicy"] == "Fail" for p in policies.values())
     off = render("admissionPolicies.enabled=false")

@@ -31,36 +31,34 @@ escalation check), so no `escalate` or `bind`. */}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
-# The children kept equal to the spec by server-side apply: a PATCH, and create when it makes one.
-# get of ConfigMaps only to grant it to a trainer (its Role reads its config).
+# The children kept equal to the spec by server-side apply: a PATCH, and create when it makes one;
+# get, to read each first and write none that is not its own (a namesake someone else made).
 - apiGroups: [""]
-  resources: [configmaps]
+  resources: [configmaps, serviceaccounts]
   verbs: [get, create, patch]
-- apiGroups: [""]
-  resources: [serviceaccounts]
-  verbs: [create, patch]
+# Events: its own (create), and a trainer Job's FailedCreate (list: why its pods are refused).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [list, create]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 # A trainer's Role and RoleBinding (discover sandboxes, read its config, patch its status).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, patch]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 - apiGroups: [kubevirt.io]
   resources: [virtualmachines]
   verbs: [get, list, create, patch, delete]
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 # Kueue's Workload of a queued run's Job: list (by the Job's uid label) to show its admission in
 # the run's Admitted condition, and patch spec.active, how spec.suspend pauses a queued run.
 - apiGroups: [kueue.x-k8s.io]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -20,10 +19,11 @@ from typing import Any
 import kopf
 from kubernetes.client.rest import ApiException
 
-from kubecua_operator import conditions, events, metrics, names, tokens, wakeups
+from kubecua_operator import conditions, events, metrics, names, statuswrite, tokens, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.k8s import Kube, adopt, controller_uid, kube
+from kubecua_operator.ownership import NOT_OWNED, Issue, api_message, apply_owned, foreign
 from kubecua_operator.sandboxpool import backends, children, plan, prober, status
 from kubecua_operator.sandboxpool.model import (
     FAILED,
@@ -66,6 +66,9 @@ class PoolMemory:
     installed_checked_at: float = -1e9
     not_installed: tuple[str, str] | None = None  # the backend's (reason, message), if any
     issue: tuple[str, str] | None = None  # (reason, message) of the last refused write
+    written: statuswrite.Written = ("", "")  # resourceVersions around the last status write
+    shared_issues: list[Issue] = field(default_factory=list)  # shared children not written
+    foreign_services: dict[int, str] = field(default_factory=dict)  # index -> whose Service
 
 
 async def call(fn: Any, *args: Any) -> Any:
@@ -100,8 +103,12 @@ async def ensure_shared(
         memory.token = tokens.pool_token(pool.namespace, pool.name, pool.uid)
         secret = children.build_token_secret(pool.name, pool.namespace, pool.uid, memory.token)
         await call(api.create, adopt(secret, pool.body))
+    issues = []
     for obj in backend.shared_objects(pool, operator_namespace(settings_mod.get())):
-        await call(api.apply, adopt(obj, pool.body))
+        issue = await call(apply_owned, api, adopt(obj, pool.body), pool.uid)
+        if issue:
+            issues.append(issue)
+    memory.shared_issues = issues
 
 
 def operator_namespace(cfg: Any) -> str:
@@ -131,26 +138,33 @@ def track_failures(sandboxes: list[Sandbox], memory: PoolMemory, cfg: Any) -> bo
     return now >= memory.backoff_until
 
 
-def create_part(api: Kube, obj: Obj, pool_uid: str) -> str:
-    """Create one object of a sandbox: "created", "exists", "adopted" or "taken".
+def create_part(api: Kube, obj: Obj, pool_uid: str) -> str | Issue:
+    """Create one object of a sandbox: "created", "exists", "adopted", or an Issue when the name
+    is taken.
 
     A 409 means the name is in use by an object the indexes do not show as ours. If this pool
-    controls it (e.g. someone removed its kubecua.dev/pool label), its labels are put back:
-    adopted, never created again in a loop. If another owner's (or nobody's), it is "taken":
-    the pool skips that index and never deletes the object."""
+    controls it (e.g. someone removed its kubecua.dev/pool label), its labels are put back; if
+    it lost its owner reference but still carries the pool's label and the operator's mark, the
+    reference is put back: adopted, never created again in a loop. If another owner's (or
+    nobody's), the Issue names it: the pool skips that index and never deletes the object."""
     if api.create(obj):
         return "created"
     meta = obj["metadata"]
     current = api.get(obj["kind"], meta["namespace"], meta["name"])
     if current is None:
         return "exists"  # deleted meanwhile; the next pass creates it
-    if controller_uid(current) != pool_uid:
-        return "taken"
+    taken = foreign(current, obj, pool_uid)
+    if taken:
+        return taken
+    patch: Obj = {}
+    if controller_uid(current) != pool_uid:  # an orphan with our marks
+        patch["ownerReferences"] = [*(current["metadata"].get("ownerReferences") or []),
+                                    *meta["ownerReferences"]]  # fmt: skip
     labels = current["metadata"].get("labels") or {}
     if any(labels.get(k) != v for k, v in meta["labels"].items()):
-        api.patch(
-            obj["kind"], meta["namespace"], meta["name"], {"metadata": {"labels": meta["labels"]}}
-        )
+        patch["labels"] = meta["labels"]
+    if patch:
+        api.patch(obj["kind"], meta["namespace"], meta["name"], {"metadata": patch})
         return "adopted"
     return "exists"
 
@@ -201,10 +215,17 @@ def service_jobs(
     return jobs
 
 
-def workload_jobs(api: Kube, pool: Pool, backend: backends.Backend, step: plan.Plan) -> list:
+def workload_jobs(
+    api: Kube, pool: Pool, backend: backends.Backend, step: plan.Plan, kids: list[Summary]
+) -> list:
     cfg, ns = settings_mod.get(), pool.namespace
     jobs: list = []
+    served = {s.name for s in kids if s.kind == "Service" and not s.deleting}
     for index in step.create:
+        # An external sandbox's EndpointSlice adds endpoints to the Service of its name: it
+        # follows on a later pass, once that Service is this pool's own (never another's).
+        if not backend.uses_pods and names.sandbox_name(pool.name, index) not in served:
+            continue
         for obj in backend.build(pool, index, cfg):
             jobs.append((index, create_part, api, adopt(obj, pool.body), pool.uid))
     for sandbox, _reason in step.delete:
@@ -289,6 +310,7 @@ async def observed_children(
                         body["metadata"]["name"], len(view.ghosts))  # fmt: skip
         memory.ghosts = view.ghosts
         memory.taken.clear()  # a name held by a foreign object may be free again
+        memory.foreign_services.clear()
         # While the index lags (a watch reconnects some time after the API answers again),
         # it lacks what this pool created meanwhile; a pass from it would count those
         # sandboxes as missing and step the status back. So list again until it caught up.
@@ -405,13 +427,15 @@ async def reconcile_pool(
     # turns out to be taken (another owner's pod) never gets a Service selecting that pod.
     keep = live if backend.uses_pods else live | set(step.create)
     jobs = service_jobs(api, body, kids, keep, backend.uses_pods)
-    jobs += workload_jobs(api, pool, backend, step)
+    jobs += workload_jobs(api, pool, backend, step, kids)
     jobs += repair_jobs(api, pool, backend, kids, memory)
     results = await run_all(jobs, cfg.api_concurrency)
     created = outcome(results, step, memory)
     # What this pass deleted is no longer ready, whatever the view (taken before) said.
     sandboxes = mark_deleted(sandboxes, memory.deleted)
-    new_status = status.compute_status(pool, sandboxes, step, memory.issue, created, active, cap)
+    new_status = status.compute_status(
+        pool, sandboxes, step, pool_issue(memory), created, active, cap
+    )
     metrics.set_pool_sandboxes(
         pool.namespace, pool.name, status.count_states(sandboxes, step.leased)
     )
@@ -466,8 +490,10 @@ def outcome(results: list[tuple[int, Any]], step: plan.Plan, memory: PoolMemory)
     for index, result in results:
         if isinstance(result, ApiException) and 400 <= (result.status or 0) < 500:
             refusal = refusal or api_message(result)
-        elif result == "taken":
+        elif isinstance(result, Issue):
             memory.taken.add(index)
+            if result.kind == "Service":  # its sandbox would have no Service of the pool's
+                memory.foreign_services[index] = result.message
         elif result == "created" and index in step.create:
             created.add(index)
         elif result == "deleted" and doomed.get(index):
@@ -478,27 +504,31 @@ def outcome(results: list[tuple[int, Any]], step: plan.Plan, memory: PoolMemory)
     return len(created)
 
 
-def api_message(err: ApiException) -> str:
-    """The API's reasons, without the object's name: the same fault reads the same for every
-    sandbox, so the condition and its Event do not change from pass to pass."""
-    try:
-        status = json.loads(err.body or "{}")
-    except ValueError:
-        return str(err.reason)
-    causes = (status.get("details") or {}).get("causes") or []
-    text = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}" for c in causes)
-    return (text or str(status.get("message") or err.reason))[:512]
+def pool_issue(memory: PoolMemory) -> tuple[str, str] | None:
+    """The pool-level fault its status shows (Degraded): a refused sandbox (api_message leaves
+    out the object's name, so the same fault reads the same for every sandbox and the
+    condition and its Event do not change from pass to pass), else a shared child or a sandbox
+    Service that is someone else's, named."""
+    if memory.issue:
+        return memory.issue
+    services = [Issue(NOT_OWNED, m) for _i, m in sorted(memory.foreign_services.items())]
+    found = [*memory.shared_issues, *services]
+    if not found:
+        return None
+    return found[0].reason, "; ".join(i.message for i in found)[:1024]
 
 
 async def write_status(api: Kube, body: Obj, new: Obj, memory: PoolMemory) -> None:
     """Patch the status only when it changed; then post an Event per condition transition."""
     meta = body["metadata"]
-    old = memory.last_status if memory.last_status is not None else body.get("status")
+    old = statuswrite.baseline(body, memory.last_status, memory.written)
     if not status.status_changed(old, new):
         return
-    await call(api.patch, "SandboxPool", meta["namespace"], meta["name"], {"status": new}, "status")
+    reply = await call(
+        api.patch, "SandboxPool", meta["namespace"], meta["name"], {"status": new}, "status"
+    )
     before = (old or {}).get("conditions") or []
-    memory.last_status = new
+    memory.last_status, memory.written = new, statuswrite.written_by(body, reply)
     for cond in conditions.transitions(before, new["conditions"]):
         warn = cond["status"] == "True" and cond["type"] in (
             conditions.DEGRADED,

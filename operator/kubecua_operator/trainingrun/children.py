@@ -207,6 +207,7 @@ def build_sglang(run: Run, settings: Settings) -> list[Obj]:
         "readinessProbe": {"httpGet": {"path": "/health", "port": SGLANG_PORT}, "periodSeconds": 5},
         "resources": {"limits": {"nvidia.com/gpu": gpus}} if gpus else {},
         "volumeMounts": [*_model_mounts(spec), _checkpoint_mount(spec, read_only=True)],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }  # fmt: skip
     selector = {names.RUN_LABEL: run.name, names.COMPONENT_LABEL: "sglang"}
     deployment = {

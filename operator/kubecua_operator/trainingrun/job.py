@@ -180,7 +180,10 @@ def build_job(
             "podFailurePolicy": pod_failure_policy(),  # needs restartPolicy Never
             "suspend": suspend,
             "template": {
-                "metadata": {"labels": pod_labels(run)},
+                "metadata": {
+                    "labels": pod_labels(run),
+                    "annotations": {names.RUN_UID_ANNOTATION: run.uid},
+                },
                 "spec": {
                     "subdomain": child,
                     "serviceAccountName": child,

@@ -2,10 +2,13 @@
 
 Steps: (0) parse the spec once (kubecua_api's TrainingRunSpec; a spec that does not parse fails
 the run, naming the field); (1) refuse specs that cannot run in a cluster; (2) make sure the
-static children exist and match the spec (every pass: a deleted or edited child is put back);
-(3) read the pool's readiness and the trainer Job from kopf indexes; (4) create the Job once
-minReady sandboxes are ready, and keep its suspend in line with the spec; (5) write the
-operator-owned status if it changed, then post an Event on a phase change.
+static children exist and match the spec (every pass: a deleted or edited child is put back),
+writing none that is someone else's (ownership.py); (3) read the pool's readiness and the trainer
+Job from kopf indexes; (4) create the Job once minReady sandboxes are ready and every child is
+the run's own, and keep its suspend in line with the spec; (5) write the operator-owned status if
+it changed, then post an Event on a phase change and one when the run turns Degraded. A child
+the API refuses, or one that is not the run's, is a Degraded condition naming it: the rest of the
+status is computed all the same.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,21 +24,25 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from kubecua_api.trainingrun import TrainingRunSpec
-from kubecua_operator import conditions, events, metrics, wakeups
+from kubecua_operator import conditions, events, metrics, statuswrite, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.k8s import Kube, adopt, kube
+from kubecua_operator.ownership import Issue, apply_owned, create_owned
 from kubecua_operator.trainingrun import children, job, model, status
 from kubecua_operator.trainingrun.model import Run
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TERMINAL = (status.SUCCEEDED, status.FAILED)
+GRANTS = ("Role", "RoleBinding")
+POD_NAME = re.compile(r'pods? "[^"]*" ')
 
 
 @dataclass
 class RunMemory:
     has_pod_monitors: bool | None = None
     last_status: Obj | None = None
+    written: statuswrite.Written = ("", "")  # resourceVersions around the last status write
 
 
 async def call(fn: Any, *args: Any) -> Any:
@@ -59,15 +67,23 @@ def static_children(run: Run, with_pod_monitor: bool) -> list[Obj]:
     return objs
 
 
-async def ensure_static(api: Kube, run: Run, memory: RunMemory) -> None:
-    """Create or correct every static child: apply() writes only what differs."""
+async def ensure_static(api: Kube, run: Run, memory: RunMemory) -> list[Issue]:
+    """Create or correct every static child that is the run's own (apply writes only what
+    differs); what is someone else's, or refused, is returned instead."""
     if memory.has_pod_monitors is None:
         memory.has_pod_monitors = await call(
             api.has_resource, "monitoring.coreos.com/v1", "podmonitors"
         )
+    issues = []
     for obj in static_children(run, bool(memory.has_pod_monitors)):
-        adopt(obj, run.body)
-        await call(api.apply, obj)
+        # No grant while a child is someone else's: the RoleBinding would hand the trainer's
+        # rights to their account, the Role a read of their ConfigMap.
+        if issues and obj["kind"] in GRANTS:
+            continue
+        issue = await call(apply_owned, api, adopt(obj, run.body), run.uid)
+        if issue:
+            issues.append(issue)
+    return issues
 
 
 def invalid_reason(spec: TrainingRunSpec) -> str:
@@ -124,7 +140,7 @@ async def read_admission(api: Kube, run: Run, seen: status.Observed) -> status.A
     return status.summarize_workload(found[0]) if found else None
 
 
-async def drive_job(api: Kube, run: Run, seen: status.Observed) -> None:
+async def drive_job(api: Kube, run: Run, seen: status.Observed) -> Issue | None:
     """Create the Job when sandboxes allow; keep Job.spec.suspend equal to spec.suspend.
     Under Kueue the Job is created suspended and Kueue unsuspends it on admission; spec.suspend
     then deactivates the Workload (spec.active), since Kueue would unsuspend a Job whose Workload
@@ -136,22 +152,44 @@ async def drive_job(api: Kube, run: Run, seen: status.Observed) -> None:
         gate = conditions.is_true(
             [status.sandboxes_condition(spec, seen, 0)], conditions.SANDBOXES_READY
         )
-        if gate and not seen.invalid and old_phase not in TERMINAL and not (kueue and suspend):
+        # Not while a child is someone else's: the Job would mount its ConfigMap, run as its
+        # account (the admission guard would refuse it; without the guard nothing would).
+        ready = gate and not seen.invalid and not seen.issues
+        if ready and old_phase not in TERMINAL and not (kueue and suspend):
             body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool)
-            adopt(body, run.body)
-            await call(api.create, body)
-        return
+            return await call(create_owned, api, adopt(body, run.body), run.uid)
+        return None
     if seen.job.complete:
-        return
+        return None
     if kueue:
         queued = seen.admission
         if queued and queued.active == suspend:
             patch = {"spec": {"active": not suspend}}
             await call(api.patch, "Workload", run.namespace, queued.workload, patch)
-        return
+        return None
     if seen.job.suspend != suspend:
         patch = {"spec": {"suspend": suspend}}
         await call(api.patch, "Job", run.namespace, seen.job.name, patch)
+    return None
+
+
+async def pod_refusal(api: Kube, run: Run, seen: status.Observed) -> Issue | None:
+    """Why the Job controller cannot make the trainer's pods (its FailedCreate Event: a pod the
+    API server or the admission guard refuses), asked only while the Job should have pods and
+    has none."""
+    found = seen.job
+    if found is None or found.complete or found.suspend or found.active or seen.pods:
+        return None
+    if not found.uid or found.failed_reason:
+        return None
+    fields = f"involvedObject.uid={found.uid},reason=FailedCreate"
+    events_ = await call(api.list, "Event", run.namespace, "", fields)
+    if not events_:
+        return None
+    last = max(events_, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    # Without the pod's generated name, a retry reads the same (one condition, one Event).
+    message = POD_NAME.sub("pod ", str(last.get("message", "")))
+    return Issue(status.PODS_REFUSED, f"Job {found.name} cannot create its pods: {message}")
 
 
 def report_demand(body: Obj, spec: TrainingRunSpec | None, finished: bool) -> None:
@@ -176,22 +214,31 @@ async def reconcile_run(
         if admission:
             seen = dataclasses.replace(seen, admission=admission)
         if not seen.invalid:
-            await ensure_static(api, run, memory)
-            await drive_job(api, run, seen)
+            issues = await ensure_static(api, run, memory)
+            seen = dataclasses.replace(seen, issues=tuple(issues))
+            late = await drive_job(api, run, seen) or await pod_refusal(api, run, seen)
+            if late:
+                seen = dataclasses.replace(seen, issues=(*seen.issues, late))
     new = status.compute_run_status(body, spec, seen, conditions.now_iso())
-    old = memory.last_status if memory.last_status is not None else body.get("status")
+    old = statuswrite.baseline(body, memory.last_status, memory.written)
     report_demand(body, spec, (old or {}).get("phase") in TERMINAL or new["phase"] in TERMINAL)
     if (old or {}).get("phase") in TERMINAL and seen.job is None:
         return  # a finished run whose Job was removed stays finished
     if not status.owned_changed(old, new):
         return
     meta = body["metadata"]
-    await call(api.patch, "TrainingRun", meta["namespace"], meta["name"], {"status": new}, "status")
-    memory.last_status = new
+    reply = await call(
+        api.patch, "TrainingRun", meta["namespace"], meta["name"], {"status": new}, "status"
+    )
+    memory.last_status, memory.written = new, statuswrite.written_by(body, reply)
     if (old or {}).get("phase") != new["phase"]:
         failed = conditions.find(new["conditions"], conditions.FAILED) or {}
         message = failed.get("message") or f"phase {new['phase']}"
         await call(events.post, api, body, new["phase"], message, new["phase"] == status.FAILED)
+    degraded = conditions.find(new["conditions"], conditions.DEGRADED) or {}
+    before = conditions.find((old or {}).get("conditions") or [], conditions.DEGRADED) or {}
+    if degraded.get("status") == "True" and before.get("message") != degraded.get("message"):
+        await call(events.post, api, body, degraded["reason"], degraded["message"], True)
 
 
 async def run_loop(live: Any, jobs: kopf.Index, pools: kopf.Index, pods: Any = None) -> None:

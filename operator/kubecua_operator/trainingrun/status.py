@@ -12,11 +12,13 @@ from typing import Any
 
 from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import conditions as c
+from kubecua_operator.ownership import Issue
 
 Obj = dict[str, Any]
 PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED = (
     "Pending", "Running", "Suspended", "Succeeded", "Failed",
 )  # fmt: skip
+PODS_REFUSED = "TrainerPodsRefused"  # the Job controller cannot create the trainer's pods
 OWNED = ("phase", "conditions", "startTime", "completionTime", "restarts", "readySandboxes",
          "observedGeneration")  # fmt: skip
 
@@ -101,6 +103,7 @@ class Observed:
     pods: tuple[TrainerPod, ...] = ()  # trainer pods of the Job
     pool_demand: tuple[str, str, str] | None = None  # the pool's DemandMet (status, reason, msg)
     admission: Admission | None = None  # Kueue's word on the Job's Workload (spec.kueue)
+    issues: tuple[Issue, ...] = ()  # children not written: someone else's, or refused
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,9 @@ def compute_phase(spec: TrainingRunSpec, seen: Observed) -> tuple[str, str, str]
     queued = seen.admission
     if job and job.suspend and queued and not queued.admitted:
         return PENDING, "WaitingForAdmission", f"Kueue: {queued.reason}: {queued.message}"
+    if seen.issues and not (job and job.active > 0):
+        first = seen.issues[0]
+        return PENDING, first.reason, first.message
     blocked = next((p for p in seen.pods if p.unschedulable), None)
     if job and blocked:
         return PENDING, "TrainerUnschedulable", f"{blocked.name}: {blocked.unschedulable}"
@@ -191,6 +197,7 @@ def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, 
             sandboxes_condition(spec, seen, gen),
             c.make(c.TRAINER_READY, ready >= nodes, pods_ready,
                    f"{ready}/{nodes} trainer pods ready", gen),
+            degraded_condition(seen.issues, gen),
         ]  # fmt: skip
     conds += [
         c.make(c.PROGRESSING, phase in (PENDING, RUNNING), reason, message, gen),
@@ -213,12 +220,25 @@ def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, 
     }
     if seen.ready_sandboxes is not None:
         status["readySandboxes"] = seen.ready_sandboxes
-    start = old.get("startTime") or (now if phase == RUNNING else None)
-    if start:
+    # A time in the future is not this operator's: dropped (None removes it in the merge patch).
+    start = c.not_future(old.get("startTime"), now) or (now if phase == RUNNING else None)
+    if start or old.get("startTime"):
         status["startTime"] = start
     if phase in (SUCCEEDED, FAILED):
-        status["completionTime"] = old.get("completionTime") or now
+        status["completionTime"] = c.not_future(old.get("completionTime"), now) or now
+    elif old.get("completionTime"):
+        status["completionTime"] = None
     return status
+
+
+def degraded_condition(issues: tuple[Issue, ...], gen: int) -> Obj:
+    """Degraded: True while a child is someone else's or refused by the API server, naming
+    each; the first's reason."""
+    if not issues:
+        return c.make(c.DEGRADED, False, "NoIssues", "every child is the run's own and admitted",
+                      gen)  # fmt: skip
+    message = "; ".join(dict.fromkeys(i.message for i in issues))[:1024]
+    return c.make(c.DEGRADED, True, issues[0].reason, message, gen)
 
 
 def demand_condition(spec: TrainingRunSpec, phase: str, seen: Observed, gen: int) -> Obj | None:
