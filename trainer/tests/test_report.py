@@ -13,7 +13,7 @@ from PIL import Image
 from report_run import write_evaluation
 
 from kubecua_trainer.report import RunReport
-from kubecua_trainer.report.curves import wilson_interval
+from kubecua_trainer.report.curves import _held_out, _pyplot, wilson_interval
 from kubecua_trainer.report.overlays import (
     Mark,
     action_marks,
@@ -132,6 +132,42 @@ def test_curves_are_separate_panels_and_grow_with_evaluations(tmp_path: Path) ->
     write_evaluation(tmp_path, 0, {("a", "d"): 2})
     report.render()
     assert Image.open(report.curves_path).size == (1000, 600)  # + held-out success | pass@k
+
+
+def test_a_lone_step_0_evaluation_sits_on_the_whole_runs_axis(tmp_path: Path) -> None:
+    """Issue 30: one evaluation was one point on an axis from -0.045 to 0.045. The axis spans
+    the run: 4 steps give (-0.1 x 4 - 0.3, 4 + 0.05 x 4 + 0.3) = (-0.7, 4.5); an untrained
+    evaluation sits apart at -0.06 x 4 - 0.1 = -0.34."""
+    plt = _pyplot()
+    step0 = {"step": 0, "success_rate": 0.5, "scored": 4, "pass_at_k": {}}
+    untrained = {"step": 0, "success_rate": 0.25, "scored": 4}
+    fig, ax = plt.subplots()
+    _held_out(ax, [step0], 4, untrained, warmed_up=True)
+    assert ax.get_xlim() == pytest.approx((-0.7, 4.5))
+    marked = {line.get_gid(): line.get_xydata().tolist() for line in ax.get_lines()}
+    assert marked["untrained"][0] == pytest.approx([-0.34, 0.25])
+    assert marked["held-out-line"] == [[0.0, 0.5]]
+    assert [t.get_text() for t in ax.texts] == ["n=4, after warm-up", "untrained, n=4"]
+    plt.close(fig)
+
+
+def test_the_report_shows_each_task_before_and_after_and_the_shaped_reward(
+    tmp_path: Path,
+) -> None:
+    report = RunReport(tmp_path, "r")
+    report.append_history({"step": 2, "reward_mean": 0.5, "shaped_reward_mean": 0.4,
+                           "success_rate": 0.5})  # fmt: skip
+    write_evaluation(tmp_path, 0, {("a", "d"): 0, ("b", "d"): 1})
+    write_evaluation(tmp_path, 2, {("a", "d"): 2, ("b", "d"): 1})
+    html = report.render().read_text()
+    assert "training reward mean 0.500 (shaped, trained on: 0.400)" in html
+    assert "<td>0.500</td><td>0.400</td>" in html  # the steps table, side by side
+    table = html[html.index('id="before-after-table"') :]
+    assert "<th>before: step 0</th><th>after: step 2</th>" in table
+    row_a = table[table.index('data-task="a"') : table.index('data-task="b"')]
+    assert "0% (0/2)" in row_a
+    assert "100% (2/2)" in row_a
+    assert "+100 pts" in row_a
 
 
 def test_an_evaluation_with_every_episode_excluded_renders_as_not_available(

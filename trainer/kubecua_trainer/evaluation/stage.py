@@ -160,10 +160,13 @@ def _summary(
 
 
 def _publish(lp: Loop, summary: dict[str, Any], episodes: list[EpisodeResult]) -> None:
-    """Metrics, the TrainingRun status (in a cluster) and one console line."""
+    """Metrics, the TrainingRun status (in a cluster), the report and one console line. The
+    report is rendered here, not only after a training step: the last evaluation comes after
+    the last step's render, and the report would end on the one before it."""
     lp.saver.metrics.observe_evaluation(summary, Counter(e.outcome for e in episodes))
     if lp.patcher is not None:
         lp.patcher.patch({"evaluation": build_evaluation_status(summary)})
+    lp.report.render()
     lp.progress.say(console_line(summary))
 
 

@@ -6,6 +6,10 @@ Layout under the output directory:
     episodes/screens/<key>/turn-00.png  each turn's screenshot at the desktop's size, final.png
     history.jsonl                     one line of statistics per step
     evaluations/step-NNNN/...         written by the evaluation (summary.json, episodes.jsonl)
+    untrained/evaluations/step-0000/  optional: the untrained model evaluated outside the run
+                                      (make demo: kubecua_trainer evaluate --output-dir
+                                      <out>/untrained), shown as its own point and "before"
+    warmup.json                       the warm-up's record: the run's step 0 is the warm-up's
     report.html, curves.png           the index and its curves, rebuilt by every render()
     pages/step-NNNN.html              a step's filmstrips, written once (again if its episodes
     pages/eval-NNNN.html              or summary change): a long run does not redraw old steps
@@ -22,7 +26,7 @@ import jinja2
 
 from kubecua_trainer.report import views
 from kubecua_trainer.report.cost import cost_view
-from kubecua_trainer.report.curves import plot_curves
+from kubecua_trainer.report.curves import held_out_svg, plot_curves
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
 
@@ -101,9 +105,25 @@ class RunReport:
             self._write_eval_page(summary, previous)
             previous = {"href": views.eval_page_name(summary["step"]),
                         "title": f"Evaluation at step {summary['step']}"}  # fmt: skip
+        untrained = views.load_untrained(self.dir)
+        warmed_up = (self.dir / "warmup.json").exists()
         if history or evaluations:
-            plot_curves(history, evaluations, self.curves_path)
-        self.html_path.write_text(self._index(history, evaluations, step_files))
+            plot_curves(history, evaluations, self.curves_path, untrained, warmed_up)
+        held_out: dict[str, Any] | None = None
+        if evaluations:
+            last = max([int(r["step"]) for r in history] + [int(e["step"]) for e in evaluations])
+            held_out = {
+                "svg": held_out_svg(evaluations, last, untrained, warmed_up),
+                "untrained": untrained,
+                "warmed_up": warmed_up,
+            }
+            first = untrained or evaluations[0]
+            if first is not evaluations[-1]:
+                held_out["before"], held_out["after"] = first, evaluations[-1]
+                held_out["tasks"] = views.before_after(first, evaluations[-1], self.dir)
+        tmp = self.html_path.with_suffix(".tmp")  # a reader never sees half a report
+        tmp.write_text(self._index(history, evaluations, step_files, held_out))
+        tmp.replace(self.html_path)
         return self.html_path
 
     def _step_files(self) -> list[Path]:
@@ -111,7 +131,7 @@ class RunReport:
 
     def _index(
         self, history: list[dict[str, Any]], evaluations: list[dict[str, Any]],
-        step_files: dict[int, Path],
+        step_files: dict[int, Path], held_out: dict[str, Any] | None = None,
     ) -> str:  # fmt: skip
         steps = sorted(set(step_files) | {int(r["step"]) for r in history}, reverse=True)
         stats = {int(r["step"]): r for r in history}
@@ -138,6 +158,7 @@ class RunReport:
             table=views.task_table(evaluations, PAGES),
             latest=latest,
             curves=self.curves_path.name if self.curves_path.exists() else None,
+            held_out=held_out,
             cost=cost_view(self.dir, history),
         )
 

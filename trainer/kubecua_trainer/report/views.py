@@ -59,6 +59,7 @@ def episode_view(traj: Trajectory, folder: Path, page_dir: Path) -> dict[str, An
         "outcome": traj.outcome,
         "excluded": traj.outcome not in SCORED,
         "reward": traj.reward,
+        "shaped_reward": rec.get("shaped_reward"),
         "detail": rec.get("detail") or "",
         "seconds": rec.get("seconds"),
         "turns": turns,
@@ -100,6 +101,52 @@ def load_evaluations(out_dir: Path) -> list[dict[str, Any]]:
             continue
         found[int(summary["step"])] = {**summary, "dir": path.parent}
     return [found[s] for s in sorted(found)]
+
+
+UNTRAINED = "untrained"  # <out>/untrained: `kubecua_trainer evaluate --output-dir <out>/untrained`
+
+
+def load_untrained(out_dir: Path) -> dict[str, Any] | None:
+    """The step-0 summary of an evaluation of the model before any training made outside the
+    run, in <out_dir>/untrained/ (make demo writes one there), with "dir"; None without one."""
+    found = load_evaluations(out_dir / UNTRAINED)
+    return found[0] if found and int(found[0]["step"]) == 0 else None
+
+
+def before_after(
+    first: dict[str, Any], last: dict[str, Any], out_dir: Path, thumb: int = THUMB_WIDTH // 2
+) -> list[dict[str, Any]]:
+    """Each held-out task of `last` beside `first` (two summaries): its success rate and counts
+    then and now, and the final screen of its first episode each time (paths relative to
+    out_dir, where report.html is). Tasks in order of id."""
+
+    def side(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        episodes, _ = episode_views(summary["dir"] / "episodes.jsonl", out_dir)
+        shots: dict[str, dict[str, Any]] = {}
+        for shown in episodes:
+            shots.setdefault(shown["task_id"], shown)
+        rows = {str(t["task_id"]): dict(t) for t in summary.get("tasks", [])}
+        for tid, row in rows.items():
+            ep = shots.get(tid)
+            row["episode"] = ep
+            if ep is not None:
+                w, h = ep["screen"]
+                row["thumb"] = [thumb, round(thumb * h / w)]
+        return rows
+
+    before, after = side(first), side(last)
+    return [
+        {"task_id": tid, "before": before.get(tid), "after": after[tid],
+         "change": _change(before.get(tid), after[tid])}
+        for tid in sorted(after)
+    ]  # fmt: skip
+
+
+def _change(before: dict[str, Any] | None, after: dict[str, Any]) -> float | None:
+    """Points of success rate gained (after - before); None when either has no rate."""
+    b = None if before is None else before.get("success_rate")
+    a = after.get("success_rate")
+    return a - b if isinstance(a, int | float) and isinstance(b, int | float) else None
 
 
 def task_table(evaluations: list[dict[str, Any]], pages: str) -> dict[str, Any]:
