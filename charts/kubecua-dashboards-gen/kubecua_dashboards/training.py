@@ -33,8 +33,13 @@ def build() -> db.Dashboard:
     d = d.with_panel(
         graph(
             "Reward mean and success rate",
-            "Mean reward and solved fraction of the scored episodes of each step.",
-            [gauge("reward_mean", "reward"), gauge("success_rate", "success")],
+            "Mean evaluator score, mean shaped reward (spec.reward, what GRPO trained on) and"
+            " solved fraction of the scored episodes of each step.",
+            [
+                gauge("reward_mean", "reward"),
+                gauge("shaped_reward_mean", "shaped reward"),
+                gauge("success_rate", "success"),
+            ],
             "percentunit",
         )
     )
