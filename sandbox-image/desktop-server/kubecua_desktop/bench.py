@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["DISPLAY"] = args.display
         print(json.dumps(measure_all(args.repeat)))
         return
-    from kubecua_desktop.session.session import DesktopSession, SessionConfig
+    from kubecua_desktop.session.config import SessionConfig
+    from kubecua_desktop.session.session import DesktopSession
 
     with tempfile.TemporaryDirectory() as home:
         session = DesktopSession(SessionConfig(port=0, home=Path(home), trust_loopback=True))

@@ -17,7 +17,8 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from kubecua_desktop.session.session import DesktopSession, SessionConfig, SessionInfo
+from kubecua_desktop.session.config import SessionConfig
+from kubecua_desktop.session.session import DesktopSession, SessionInfo
 
 T = TypeVar("T")
 WIDTH, HEIGHT = 1280, 720  # smaller than the 1920x1080 default: cheaper on a 2-core machine

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 from PIL import Image
 
-from kubecua_desktop.session.session import DesktopSession, SessionConfig, is_black
+from kubecua_desktop.session.config import SessionConfig
+from kubecua_desktop.session.session import DesktopSession, is_black
 from tests.conftest import Desktop, free_port
 
 

@@ -20,8 +20,9 @@ import signal
 import sys
 from pathlib import Path
 
+from kubecua_desktop.session.config import SessionConfig
 from kubecua_desktop.session.procs import SessionError
-from kubecua_desktop.session.session import DesktopSession, SessionConfig
+from kubecua_desktop.session.session import DesktopSession
 from kubecua_sandbox_client import TokenError, read_token
 
 

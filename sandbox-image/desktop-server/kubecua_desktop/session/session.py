@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
 
@@ -21,6 +21,7 @@ import httpx
 from PIL import Image
 
 from kubecua_desktop.session import start_state
+from kubecua_desktop.session.config import SessionConfig
 from kubecua_desktop.session.procs import Child, read_line_from_fd
 from kubecua_desktop.session.setup_home import prepare_home
 from kubecua_desktop.session.xserver import start_xvfb
@@ -43,27 +44,6 @@ PULSE_SCRIPT = """load-module module-native-protocol-unix auth-anonymous=1
 load-module module-null-sink sink_name=kubecua sink_properties=device.description=Speakers
 set-default-sink kubecua
 """
-
-
-@dataclass
-class SessionConfig:
-    display: int | None = None  # None: Xvfb picks a free one
-    width: int = 1920
-    height: int = 1080
-    host: str = "127.0.0.1"
-    port: int = 5000
-    cdp_port: int = 9222
-    vlc_port: int = 8080
-    # Where VLC's web interface listens: loopback where the episode server shares the host or
-    # pod, every address in a VM (the episode server reaches it from outside).
-    vlc_host: str = "127.0.0.1"
-    home: Path = field(default_factory=lambda: Path.home())
-    token: str | None = None
-    trust_loopback: bool = False
-    start_timeout_s: float = 60.0
-    # XDG_RUNTIME_DIR (the session bus lives in it); None: a fresh temporary dir, removed at stop.
-    # The image passes /run/user/1000 so the bus sits where OSWorld's tasks expect it.
-    runtime_dir: Path | None = None
 
 
 @dataclass

@@ -12,14 +12,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PIL import Image, ImageDraw
 
 from kubecua_desktop.session import chrome_profile, start_state
-
-if TYPE_CHECKING:
-    from kubecua_desktop.session.session import SessionConfig
+from kubecua_desktop.session.config import SessionConfig
 
 WALLPAPER_KEY = ["org.gnome.desktop.background", "picture-uri"]
 
