@@ -5,8 +5,8 @@ the embedded continuous engine, batch, Learner.step with the offloaded AdamW, we
 against eight stand-in desktops that replay episodes recorded on real desktops, screenshots byte
 for byte at the recorded latency (bench/replay_desktop.py says why a stand-in). The model is the
 Qwen2.5-VL-3B shape with random weights (bench/shapes.py; the tokenizer is the tiny test model's,
-its special ids in the config), bf16 with the offloaded AdamW (trainer.optimizerOffload), the
-trainer's other defaults (full gradient checkpointing, no torch.compile unless --compile); one
+its special ids in the config), bf16, spec.trainer left out so the trainer chooses compile,
+checkpointing and offload (speedups/choice.py; --old-defaults: the settings before issue 31); one
 task per step, groups of 8, 8 turns of 32 sampled tokens per episode, the recorded 1920x1080
 screenshots fitted to 1260x700. Each mode (synchronous, then rollout.maxStaleness 1) runs
 --steps steps (default 2) in one process; the first step of each (cold caches, the AdamW state's
@@ -16,7 +16,11 @@ creation) is left out of the figures. Prints one JSON document; per mode:
 - trajectories per minute over the measured steps' wall time;
 - gpu_time: the fractions of that wall time the GPU spent generating only, learning only, both
   at once (staleness 1), and idle (no engine round and no learner step), which sum to 1;
-- peak GiB (torch.cuda.max_memory_allocated of the mode).
+- peak GiB (torch.cuda.max_memory_allocated of the mode);
+- learner_settings: what the learner ran with (compiled, layers checkpointed, offload).
+Then, on the GPU, `make bench-trainer`'s forward+backward case on the loop's shape with the first
+mode's learner settings, in a child process of the same call, and the loop learner's tokens/s
+over it (learner_bench.loop_vs_bench; issue 31's goal is 0.9).
 Without a GPU (or with --smoke) the same loop runs a toy-width model on the CPU with short
 episodes and latencies scaled down, and says so: the figures then mean nothing.
 How to run: `make bench-loop` (GPU machine: `cd trainer && PYTHONPATH=.:../sandbox-image/client
@@ -149,12 +153,57 @@ def run_spec(
             "maxStaleness": staleness,
             "maxInFlightEpisodes": a.group * a.tasks_per_step,
         },
-        "trainer": {"compile": a.compile, "optimizerOffload": gpu},
+        "trainer": trainer_fields(a, gpu),
         "checkpoint": {"everySteps": 1000, "keep": 1},
         "metrics": {"port": 0},
         "steps": a.steps,
         "outputDir": str(out),
     }
+
+
+# The trainer's settings before issue 31 chose them (--old-defaults): no compile, every layer
+# checkpointed, the offloaded AdamW.
+OLD_DEFAULTS = {"compile": False, "gradientCheckpointing": True, "optimizerOffload": True}
+
+
+def trainer_fields(a: argparse.Namespace, gpu: bool) -> dict[str, Any]:
+    """spec.trainer: left out (the trainer chooses, speedups/choice.py) unless asked."""
+    fields: dict[str, Any] = dict(OLD_DEFAULTS) if a.old_defaults and gpu else {}
+    if a.compile:
+        fields["compile"] = True
+    return fields
+
+
+def learner_settings(learner: Any) -> dict[str, Any]:
+    """What the loop's learner runs with (read from its model and optimizer)."""
+    from kubecua_trainer.speedups.checkpointing import layer_stacks
+
+    text, vision = layer_stacks(learner.policy.model)
+
+    def checkpointed(layers: list[Any]) -> str:
+        return f"{sum(bool(m.gradient_checkpointing) for m in layers)}/{len(layers)}"
+
+    return {
+        "compiled": any(getattr(m, "_compiled_call_impl", None) is not None for m in text),
+        "text_checkpointed": checkpointed(text),
+        "vision_checkpointed": checkpointed(vision),
+        "optimizer_offload": bool(getattr(learner.optimizer, "offload", False)),
+    }
+
+
+def learner_bench(a: argparse.Namespace, settings: dict[str, Any]) -> dict[str, Any]:
+    """`make bench-trainer`'s forward+backward case on the loop's shape (the 3B shape, one sample
+    of --turns screenshots at the loop's 1260x700) with the loop's learner settings, in a child
+    process of this call (bench/learner_bench.py run_case)."""
+    from bench.learner_bench import run_case
+
+    text_done, text_all = (int(x) for x in settings["text_checkpointed"].split("/"))
+    spec = {
+        "kind": "fwd_bwd", "model": "qwen2_5_vl_3b", "images": a.turns, "size": [1260, 700],
+        "text_ckpt": text_done / text_all, "vision_ckpt": 1.0, "freeze_vision": False,
+        "compile": settings["compiled"], "device": "cuda",
+    }  # fmt: skip
+    return {"case": spec} | run_case("loop_shape_fwd_bwd", spec)
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -266,6 +315,7 @@ def summarise(
                 round(r.get("weight_refresh_seconds", 0.0), 3) for r in measured
             ],
         },
+        "learner_settings": learner_settings(learner),
         "gpu_time": time_split(list(b.busy_intervals), learn, lo, hi),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if torch.cuda.is_available()
@@ -341,7 +391,17 @@ async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, 
             print(f"{name}: {json.dumps(modes[name])}", file=sys.stderr, flush=True)
             if a.out:  # what is done survives a time limit
                 Path(a.out).write_text(json.dumps(header(a, gpu, recording) | {"modes": modes}))
-    return header(a, gpu, recording) | {"modes": modes}
+    doc = header(a, gpu, recording) | {"modes": modes}
+    if gpu and modes and not a.no_learner_bench:
+        first = next(iter(modes.values()))
+        bench = learner_bench(a, first["learner_settings"])
+        loop_rate = first["learner"]["tokens_per_second"]
+        bench_rate = bench.get("tokens_per_second")
+        doc["learner_bench"] = bench | {
+            "loop_learner_tokens_per_second": loop_rate,
+            "loop_vs_bench": round(loop_rate / bench_rate, 3) if bench_rate else None,
+        }
+    return doc
 
 
 def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, Any]:
@@ -365,8 +425,7 @@ def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, 
             "desktops": a.group * a.tasks_per_step,
             "recorded_episodes": [r.key for r in recording],
             "latency_scale": a.latency_scale,
-            "compile": a.compile,
-            "optimizer_offload": gpu,
+            "trainer": trainer_fields(a, gpu),
         },
     }
 
@@ -383,11 +442,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     p.add_argument("--modes", default="sync,staleness_1", help="which of sync,staleness_1 to run")
     p.add_argument("--new-tokens", type=int, help="algorithm.maxNewTokens")
     p.add_argument("--latency-scale", type=float, help="x the recorded desktop latencies")
+    p.add_argument("--compile", action="store_true", help="trainer.compile: true")
     p.add_argument(
-        "--compile",
+        "--old-defaults",
         action="store_true",
-        help="trainer.compile (off, the trainer's default: in the synchronous loop the engine "
-        "runs the compiled layers too, which no GPU run has tried yet)",
+        help="the trainer settings before issue 31: no compile, full checkpointing, offload",
+    )
+    p.add_argument(
+        "--no-learner-bench",
+        action="store_true",
+        help="skip bench-trainer's forward+backward on the loop's shape after the modes",
     )
     p.add_argument("--out", default="", help="also write the JSON here")
     a = p.parse_args(argv)

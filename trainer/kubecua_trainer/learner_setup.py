@@ -1,6 +1,10 @@
-"""A run's policy, learner and the engine's policy, with the speed-ups the spec asks for."""
+"""A run's policy, learner and the engine's policy, with the speed-ups the spec asks for or, where
+it leaves them out, the ones chosen for the model, the sample and the GPU (speedups/choice.py)."""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 import torch
 
@@ -10,8 +14,12 @@ from kubecua_trainer.learner import Learner
 from kubecua_trainer.lora import add_adapter
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import generation_copy, shard_policy
+from kubecua_trainer.speedups.checkpointing import set_checkpointing
+from kubecua_trainer.speedups.choice import Choice, Workload, choose, sample_tokens, shape_of
 from kubecua_trainer.speedups.fast_paths import compile_layers
 from kubecua_trainer.speedups.optimizer import MasterAdamW
+
+log = logging.getLogger(__name__)
 
 
 def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner, Policy | None]:
@@ -19,14 +27,13 @@ def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner, Policy | None
     generates with the learner's module, except when rollouts overlap learning
     (rollout.maxStaleness > 0): it then gets a full copy of the weights (bf16 on a GPU),
     refreshed after each update, so generation does not wait for the update to finish."""
-    policy = load_policy(
-        spec.model.path, spec.model.dtype, None, spec.trainer.gradient_checkpointing
-    )
+    policy = load_policy(spec.model.path, spec.model.dtype, None)
     with_adapter(policy, spec)
     reference = _reference(spec, policy)
     overlap = spec.rollout.max_staleness > 0 and spec.rollout.engine == "hf"
+    choice = learner_choice(spec, policy, world=1, engine_copy=overlap)
     gen = generation_copy(policy) if overlap else None
-    optimizer = speed_up(policy, spec)
+    optimizer = speed_up(policy, spec, choice)
     return policy, Learner(policy, spec.algorithm, reference, optimizer=optimizer), gen
 
 
@@ -34,17 +41,17 @@ def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learn
     """Under torchrun: (policy, learner, the engine's policy). The learner's module is sharded
     with FSDP2 and the engine gets a full copy of it, refreshed after every update."""
     device = str(d.device())
-    policy = load_policy(
-        spec.model.path, spec.model.dtype, device, spec.trainer.gradient_checkpointing
-    )
+    policy = load_policy(spec.model.path, spec.model.dtype, device)
     with_adapter(policy, spec)
     reference = _reference(spec, policy)
+    choice = learner_choice(spec, policy, world=d.world, engine_copy=True)
+    _checkpoint(policy, choice)
     gen = generation_copy(policy)
     if spec.model.freeze_vision:
         policy.model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
-    if spec.trainer.compile and policy.device.type == "cuda":
+    if choice.compile and policy.device.type == "cuda":
         compile_layers(policy.model)
-    net = shard_policy(policy, offload=spec.trainer.optimizer_offload)
+    net = shard_policy(policy, offload=choice.optimizer_offload)
     return policy, Learner(policy, spec.algorithm, reference, net=net, dist=d), gen
 
 
@@ -63,15 +70,62 @@ def _reference(spec: TrainingRunSpec, policy: Policy) -> Policy | None:
     return load_policy(spec.model.path, spec.model.dtype, device=str(policy.device))
 
 
-def speed_up(policy: Policy, spec: TrainingRunSpec) -> torch.optim.Optimizer | None:
-    """The learner levers measured in docs/benchmarks.md, as the spec asks for them; returns the
-    optimizer to use, or None for the learner's default AdamW."""
+def explicit(cfg: Any, name: str) -> bool | None:
+    """A trainer field's value where the spec sets it, None (choose) where it is left out."""
+    value = getattr(cfg, name)
+    return value if name in cfg.model_fields_set else None
+
+
+def learner_choice(spec: TrainingRunSpec, policy: Policy, world: int, engine_copy: bool) -> Choice:
+    """compile, checkpointing and offload: the spec's where set, else chosen for this model, the
+    largest sample the rollout settings allow and this GPU (speedups/choice.py); logged."""
+    model: Any = policy.model
+    a, r = spec.algorithm, spec.rollout
+    images = a.max_turns if a.mode == "trajectory" else min(r.keep_screenshots, a.max_turns)
+    cuda = policy.device.type == "cuda"
+    workload = Workload(
+        tokens=sample_tokens(a.max_turns, r.max_pixels, a.max_new_tokens, images),
+        image_tokens=images * (r.max_pixels // 784),
+        param_bytes=2 if spec.model.dtype == "bfloat16" else 4,
+        cuda=cuda,
+        total_bytes=torch.cuda.get_device_properties(policy.device).total_memory if cuda else 0,
+        world=world,
+        engine_copy=engine_copy,
+    )
+    params = sum(p.numel() for p in model.parameters())
+    t = spec.trainer
+    choice = choose(
+        shape_of(model.config, params),
+        workload,
+        compile_=explicit(t, "compile"),
+        checkpointing=explicit(t, "gradient_checkpointing"),
+        offload=explicit(t, "optimizer_offload"),
+    )
+    log.info(
+        "learner: compile %s, checkpointing text %g vision %g, optimizer offload %s "
+        "(estimated peak %.1f of %.1f GiB for %d tokens; %s)",
+        choice.compile, choice.text_checkpointing, choice.vision_checkpointing,
+        choice.optimizer_offload, choice.estimate_gib, choice.budget_gib, workload.tokens,
+        choice.why,
+    )  # fmt: skip
+    return choice
+
+
+def _checkpoint(policy: Policy, choice: Choice) -> None:
+    if choice.text_checkpointing > 0 or choice.vision_checkpointing > 0:
+        set_checkpointing(policy.model, choice.text_checkpointing, choice.vision_checkpointing)
+
+
+def speed_up(policy: Policy, spec: TrainingRunSpec, choice: Choice) -> torch.optim.Optimizer | None:
+    """The learner levers measured in docs/benchmarks.md, as chosen; returns the optimizer to
+    use, or None for the learner's default AdamW."""
     model = policy.model
+    _checkpoint(policy, choice)
     if spec.model.freeze_vision:
         model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
-    if spec.trainer.compile and policy.device.type == "cuda":
+    if choice.compile and policy.device.type == "cuda":
         compile_layers(model)
-    if not spec.trainer.optimizer_offload:
+    if not choice.optimizer_offload:
         return None
     params = [p for p in model.parameters() if p.requires_grad]
     lr = spec.algorithm.learning_rate
