@@ -29,31 +29,34 @@ pyautogui.press("enter")
 - WAIT to let the screen change before acting again.
 Do not write anything after the action."""
 
-ALLOWED_CALLS = frozenset(
-    f"pyautogui.{name}"
-    for name in [
-        "click",
-        "doubleClick",
-        "tripleClick",
-        "rightClick",
-        "middleClick",
-        "moveTo",
-        "moveRel",
-        "dragTo",
-        "dragRel",
-        "mouseDown",
-        "mouseUp",
-        "scroll",
-        "hscroll",
-        "vscroll",
-        "write",
-        "typewrite",
-        "press",
-        "hotkey",
-        "keyDown",
-        "keyUp",
-    ]
-) | {"time.sleep"}
+# Every pyautogui function a reply may call, with where its screen coordinates sit: the parser
+# reads the names (which calls are allowed), scale_coordinates the places (which numbers are
+# pixels). "xy": the first two positional arguments or x=/y=; "offset": the same, as offsets
+# (or xOffset=/yOffset=); "after": the 2nd and 3rd (scroll-like calls take the amount first);
+# None: no coordinates.
+PYAUTOGUI_CALLS: dict[str, Literal["xy", "offset", "after"] | None] = {
+    "click": "xy",
+    "doubleClick": "xy",
+    "tripleClick": "xy",
+    "rightClick": "xy",
+    "middleClick": "xy",
+    "moveTo": "xy",
+    "moveRel": "offset",
+    "dragTo": "xy",
+    "dragRel": "offset",
+    "mouseDown": "xy",
+    "mouseUp": "xy",
+    "scroll": "after",
+    "hscroll": "after",
+    "vscroll": "after",
+    "write": None,
+    "typewrite": None,
+    "press": None,
+    "hotkey": None,
+    "keyDown": None,
+    "keyUp": None,
+}
+ALLOWED_CALLS = frozenset(f"pyautogui.{name}" for name in PYAUTOGUI_CALLS) | {"time.sleep"}
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _WORD = re.compile(r"\b(DONE|FAIL|WAIT)\b\W*\Z")
@@ -145,25 +148,6 @@ def _check_code(code: str) -> None:
             raise ParseError(f"{name}() is not an allowed action.")
 
 
-# pyautogui functions whose first two positional arguments (or x=/y=) are screen positions or
-# offsets; scroll-like calls take the position as the 2nd and 3rd arguments.
-_XY_FIRST = frozenset(
-    [
-        "click",
-        "doubleClick",
-        "tripleClick",
-        "rightClick",
-        "middleClick",
-        "moveTo",
-        "dragTo",
-        "mouseDown",
-        "mouseUp",
-    ]
-)
-_XY_OFFSET = frozenset({"moveRel", "dragRel"})
-_XY_AFTER_CLICKS = frozenset({"scroll", "hscroll", "vscroll"})
-
-
 def scale_coordinates(code: str, sx: float, sy: float) -> str:
     """Map numeric pixel literals from the model's image back to the real screen.
 
@@ -183,13 +167,11 @@ def scale_coordinates(code: str, sx: float, sy: float) -> str:
 
 
 def _scale_call(call: ast.Call, name: str, sx: float, sy: float) -> None:
-    if name in _XY_FIRST or name in _XY_OFFSET:
-        first = 0
-        names = ("xOffset", "yOffset", "x", "y") if name in _XY_OFFSET else ("x", "y")
-    elif name in _XY_AFTER_CLICKS:
-        first, names = 1, ("x", "y")
-    else:
+    where = PYAUTOGUI_CALLS.get(name)
+    if where is None:
         return
+    first = 1 if where == "after" else 0
+    names = ("xOffset", "yOffset", "x", "y") if where == "offset" else ("x", "y")
     for i, scale in ((first, sx), (first + 1, sy)):
         if i < len(call.args):
             call.args[i] = _scaled(call.args[i], scale)
