@@ -370,18 +370,24 @@ class TrainerConfig(ApiModel):
         description="Kubernetes ResourceRequirements of the trainer container (GPUs are added"
         " from gpusPerNode).",
     )
-    gradient_checkpointing: bool = Field(
-        default=True, description="Recompute activations in the backward pass to save memory."
+    # Unset: the trainer chooses at start-up from the model, the largest sample the rollout
+    # settings allow and the GPU's memory, and logs the choice (speedups/choice.py, issue 31).
+    gradient_checkpointing: bool | None = Field(
+        default=None,
+        description="Recompute activations in the backward pass to save memory (true: every"
+        " layer; false: none). Unset: as few decoder layers as fit the GPU (every layer on the"
+        " CPU).",
     )
-    compile: bool = Field(
-        default=False,
-        description="torch.compile each decoder layer (GPU only; pays after the first steps'"
-        " compilation).",
+    compile: bool | None = Field(
+        default=None,
+        description="torch.compile each decoder layer and vision block (GPU only; pays after the"
+        " first steps' compilation). Unset: on wherever the trainer has a GPU.",
     )
-    optimizer_offload: bool = Field(
-        default=False,
+    optimizer_offload: bool | None = Field(
+        default=None,
         description="Keep fp32 master weights and AdamW moments in host memory (ZeRO-Offload"
-        " style); meant for model.dtype bfloat16.",
+        " style); meant for model.dtype bfloat16. Unset: on with bfloat16 parameters when those"
+        " would take more than a quarter of the GPU.",
     )
 
 
