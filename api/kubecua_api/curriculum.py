@@ -47,3 +47,21 @@ class CurriculumConfig(ApiModel):
         description="A task's pass rate is over its last `window` scored episodes (infrastructure"
         " failures do not count).",
     )
+
+
+class CurriculumStatus(ApiModel):
+    step: int = Field(description="The step after which these pass rates hold.")
+    tasks: int = Field(description="Training tasks.")
+    unplayed: int = Field(description="Tasks with no scored episode yet (drawn at weight 1).")
+    never: int = Field(description="Tasks never solved in their window (pass rate 0).")
+    below_band: int = Field(description="Tasks solved sometimes, below band.low.")
+    in_band: int = Field(description="Tasks whose pass rate lies in the band (weight 1).")
+    above_band: int = Field(description="Tasks solved mostly, above band.high.")
+    always: int = Field(description="Tasks solved in every episode of their window (rate 1).")
+    mean_pass_rate: float | None = Field(
+        default=None, description="Mean pass rate of the played tasks."
+    )
+    histogram: list[int] = Field(
+        description="Played tasks per pass-rate bin: [0, 0.1), [0.1, 0.2), ... [0.9, 1].",
+        json_schema_extra={"maxItems": 10},
+    )

@@ -34,7 +34,7 @@ from kubecua_api.common import (
 )
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
 from kubecua_api.cost import CostConfig, CostStatus
-from kubecua_api.curriculum import CurriculumConfig
+from kubecua_api.curriculum import CurriculumConfig, CurriculumStatus
 from kubecua_api.lora import LoraConfig
 from kubecua_api.reward import RewardConfig
 
@@ -658,6 +658,11 @@ class TrainingRunStatus(ApiModel):
         default=None,
         description="Sandbox-seconds and GPU-seconds the run used, per trajectory and per"
         " successful trajectory; money at spec.cost's prices (trainer).",
+    )
+    curriculum: CurriculumStatus | None = Field(
+        default=None,
+        description="How the training tasks' running pass rates are spread"
+        " (spec.tasks.curriculum; trainer).",
     )
     conditions: list[Condition] | None = conditions(
         "SandboxesReady, TrainerReady, Progressing, Failed and, with spec.sandboxes.capacity,"

@@ -243,6 +243,7 @@ def save_sharded_checkpoint(
     learner: Learner,
     replay: SuccessReplay | None,
     d: Dist,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     """The distributed checkpoint, in the same layout as save_checkpoint: the model gathered to
     full tensors, the optimizer state keyed by parameter name (any world size can resume it) and
@@ -259,7 +260,7 @@ def save_sharded_checkpoint(
         if replay is not None:
             torch.save(replay.state_dict(), tmp / "replay.pt")
         torch.save({"ranks": rngs}, tmp / "rng.pt")
-        meta = {"step": step, "extra": {"world_size": d.world}}
+        meta = {"step": step, "extra": {**(extra or {}), "world_size": d.world}}
         (tmp / STATE_FILE).write_text(json.dumps(meta, indent=1))
         _publish_dir(tmp, final)
     d.barrier()  # nobody goes on (or prunes, or resumes) before the checkpoint exists

@@ -111,6 +111,9 @@ class TrainerMetrics:
         # The run's cost (observe_cost), registered once there is a figure to show.
         self.run_cost: dict[str, Gauge] = {}
         self.run_money: Gauge | None = None
+        # spec.tasks.curriculum's pass rates (observe_curriculum): only in runs that have one
+        self.curriculum_tasks: Gauge | None = None
+        self.curriculum_mean: Gauge | None = None
         self._eval_metrics()
 
     def _eval_metrics(self) -> None:
@@ -190,6 +193,28 @@ class TrainerMetrics:
                 self.gauges[key].set(value)
         if "seconds" in stats and count:
             self.learner_seconds.observe(stats["seconds"])
+
+    def observe_curriculum(self, summary: dict[str, Any]) -> None:
+        """spec.tasks.curriculum: how many training tasks have a pass rate of each class
+        (rollout/curriculum.py CLASSES: unplayed, never, below_band, in_band, above_band,
+        always) and the mean pass rate of the played ones."""
+        if self.curriculum_tasks is None:
+            r = self.registry
+            self.curriculum_tasks = Gauge(
+                P + "curriculum_tasks",
+                "Training tasks by their running pass rate's class (spec.tasks.curriculum).",
+                ["pass_rate"],
+                registry=r,
+            )
+            self.curriculum_mean = Gauge(
+                P + "curriculum_pass_rate_mean",
+                "Mean running pass rate of the training tasks played so far.",
+                registry=r,
+            )
+        for name, count in summary["classes"].items():
+            self.curriculum_tasks.labels(name).set(count)
+        if summary["mean_pass_rate"] is not None and self.curriculum_mean is not None:
+            self.curriculum_mean.set(summary["mean_pass_rate"])
 
     def observe_cost(self, totals: dict[str, Any]) -> None:
         """The whole run's cost (cost.figures), as gauges: they count earlier pods of the run too,

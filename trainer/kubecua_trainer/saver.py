@@ -24,6 +24,7 @@ from kubecua_trainer.learner import Learner
 from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.model import Policy
 from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.rollout.curriculum import Curriculum
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class Saver:
     dist: Dist = field(default_factory=Dist)
     step: int = 0
     path: str | None = None
+    # spec.tasks.curriculum's pass rates: checkpointed in trainer_state.json's extra
+    curriculum: Curriculum | None = None
 
     def resume(self) -> int:
         """Load the newest checkpoint under root if any; returns the first step to run."""
@@ -63,6 +66,9 @@ class Saver:
             else:
                 state = load_checkpoint(latest, self.policy, self.learner, self.replay)
             self.step, self.path = int(state["step"]), latest
+            saved = state["extra"].get("curriculum")
+            if self.curriculum is not None and saved is not None:
+                self.curriculum.load_state_dict(saved)
             self.policy.version = self.step  # the learner's weights now include that step
             self._observe_checkpoint(latest)
         return self.step + 1
@@ -74,12 +80,15 @@ class Saver:
             self.metrics.checkpoint_written(stamp)
 
     def save(self, step: int) -> str:
+        extra = {"curriculum": self.curriculum.state_dict()} if self.curriculum else {}
         if self.dist.enabled:
             path = save_sharded_checkpoint(
-                self.root, step, self.policy, self.learner, self.replay, self.dist
+                self.root, step, self.policy, self.learner, self.replay, self.dist, extra
             )
         else:
-            path = save_checkpoint(str(self.root), step, self.policy, self.learner, self.replay)
+            path = save_checkpoint(
+                str(self.root), step, self.policy, self.learner, self.replay, extra=extra
+            )
         self._observe_checkpoint(path)
         if self.dist.is_main:
             log.info("checkpoint of step %d written by rank %d: %s", step, self.dist.rank, path)

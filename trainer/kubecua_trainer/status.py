@@ -74,6 +74,24 @@ def build_status(
     return status
 
 
+def build_curriculum_status(step: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """status.curriculum from Curriculum.summary() (camelCase, as in docs/api.md)."""
+    classes = summary["classes"]
+    mean = summary["mean_pass_rate"]
+    return {
+        "step": step,
+        "tasks": summary["tasks"],
+        "unplayed": classes["unplayed"],
+        "never": classes["never"],
+        "belowBand": classes["below_band"],
+        "inBand": classes["in_band"],
+        "aboveBand": classes["above_band"],
+        "always": classes["always"],
+        "meanPassRate": None if mean is None else round(mean, 6),  # null: absent once patched
+        "histogram": list(summary["histogram"]),
+    }
+
+
 MAX_STATUS_TASKS = 100  # a status is not a results store: evaluations/ on disk has every task
 
 

@@ -11,9 +11,12 @@ from kubecua_trainer.batch import Batch, assemble_batch, episodes_of, validate_s
 from kubecua_trainer.distributed import Dist
 from kubecua_trainer.exchange import Held, deliver_pixels, gather_screens, strip
 from kubecua_trainer.learner import Learner, passes, trainable
+from kubecua_trainer.liveview import note_sandboxes
 from kubecua_trainer.model import Policy
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
+from kubecua_trainer.report.curriculum import save_curriculum
+from kubecua_trainer.rollout.curriculum import scored_results
 from kubecua_trainer.rollout.groups import (
     Group,
     merge_groups,
@@ -22,6 +25,7 @@ from kubecua_trainer.rollout.groups import (
     tasks_for_step,
 )
 from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
+from kubecua_trainer.status import build_curriculum_status
 from kubecua_trainer.tokens import check_image_pads
 
 if TYPE_CHECKING:
@@ -33,7 +37,11 @@ Played = tuple[list[Group], dict[str, float]]
 async def play(step: int, lp: Loop) -> Played:
     """Play this rank's episodes of `step` (no collectives: it may run beside learning)."""
     spec, t0, started = lp.spec, time.monotonic(), time.time()
-    step_tasks = tasks_for_step(lp.tasks, step, spec.algorithm.tasks_per_step, spec.seed)
+    per_step, curriculum = spec.algorithm.tasks_per_step, lp.saver.curriculum
+    if curriculum is not None:  # by pass rate (spec.tasks.curriculum)
+        step_tasks = curriculum.draw(lp.tasks, step, per_step, spec.seed)
+    else:
+        step_tasks = tasks_for_step(lp.tasks, step, per_step, spec.seed)
     lp.progress.start_step(step, len(step_tasks) * spec.algorithm.group_size)
 
     def on_episode(ep: EpisodeResult) -> None:
@@ -75,6 +83,9 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         for ep in episodes:
             metrics.observe_episode(ep)
     batch = assemble_batch(groups, spec.algorithm, lp.saver.replay, spec.reward)
+    curriculum = lp.saver.curriculum
+    if curriculum is not None:  # every rank: each draws the next steps itself
+        curriculum.observe(step, scored_results(groups))
     if held is not None:
         _deliver(d, held, batch, lp.saver.replay)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
@@ -121,6 +132,17 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         metrics.partial_failures.inc(batch.partial_failures)
         metrics.step_seconds.observe(stats["seconds_total"])
         RunReport(lp.result.out_dir, lp.run.name).save_episodes(step, episodes)
+        pool = spec.sandboxes.pool_ref
+        where = (lp.run.namespace or "default", pool) if pool else None
+        link = note_sandboxes(lp.result.out_dir, lp.ro.leases.names, episodes, where)
+        if link is not None and lp.patcher is not None:
+            lp.patcher.patch({"liveView": link})
+        if curriculum is not None:
+            summary = curriculum.summary()
+            metrics.observe_curriculum(summary)
+            save_curriculum(lp.result.out_dir, step, summary)
+            if lp.patcher is not None:
+                lp.patcher.patch({"curriculum": build_curriculum_status(step, summary)})
     return stats
 
 

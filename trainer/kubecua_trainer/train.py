@@ -39,6 +39,7 @@ from kubecua_trainer.model import Policy
 from kubecua_trainer.progress import RunProgress
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
+from kubecua_trainer.rollout.curriculum import build_curriculum
 from kubecua_trainer.rollout.episode import Rollout
 from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.saver import Saver, run_dirs
@@ -87,7 +88,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
         policy, learner, gen = build_learner(spec)
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
-    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d)
+    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d,
+                  curriculum=build_curriculum(spec, tasks))  # fmt: skip
     first_step = saver.resume()
     gen = gen if gen is not None else policy
     if d.serves_metrics:

@@ -26,6 +26,7 @@ import jinja2
 
 from kubecua_trainer.report import views
 from kubecua_trainer.report.cost import cost_view
+from kubecua_trainer.report.curriculum import curriculum_view
 from kubecua_trainer.report.curves import held_out_svg, plot_curves
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
@@ -160,6 +161,7 @@ class RunReport:
             curves=self.curves_path.name if self.curves_path.exists() else None,
             held_out=held_out,
             cost=cost_view(self.dir, history),
+            curriculum=curriculum_view(self.dir),
         )
 
     def _write_step_page(
