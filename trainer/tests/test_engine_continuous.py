@@ -418,3 +418,40 @@ def test_packed_prefill_equals_padded_prefill(policy: Policy) -> None:
         b_ids, b_lps = _generated(b)
         assert a_ids == b_ids
         assert torch.allclose(a_lps, b_lps, atol=1e-5), (a_lps - b_lps).abs().max()
+
+
+@GPU
+def test_packed_prefill_in_bf16_agrees_with_the_learner(tiny_model_dir: Path) -> None:
+    """Under bf16 autocast on CUDA the packed prefill runs varlen flash attention (GQA, each
+    request bottom-right causal over its reused prefix): the behaviour log-probs of four
+    episodes joining together agree with the learner's recomputation as the CUDA-graph test's."""
+    policy = load_policy(str(tiny_model_dir), dtype="auto", device="cuda")
+    sampling = _sampling(policy, temperature=1.0)
+
+    async def play() -> tuple[list[Conversation], list[EngineRecord]]:
+        engine = HFEngine(policy, seed=5, cuda_graphs=True)
+        convs = [Conversation(policy, "sys", MAX_PIXELS) for _ in range(4)]
+        for i, conv in enumerate(convs):
+            conv.add_user("task " * (1 + 2 * i), screenshot(i, (150, 120)))
+        for turn in range(2):
+            if turn:
+                for i, conv in enumerate(convs):
+                    conv.add_user("next " * (1 + 3 * i), screenshot(10 + i, (150, 120)))
+            with policy.lock:
+                calls = [asyncio.create_task(engine.generate(*c.prompt(), sampling)) for c in convs]
+                while engine._arrivals + engine._queue.qsize() < (turn + 1) * 4:  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
+            for conv, gen in zip(convs, await asyncio.gather(*calls), strict=True):
+                conv.add_generation(gen)
+        await engine.close()
+        return convs, list(engine.records)
+
+    convs, records = asyncio.run(play())
+    assert [r.prefill_batch for r in records] == [4] * 8
+    assert all(r.reused_tokens > 0 for r in records[4:])
+    for conv in convs:
+        sample = conv.to_sample()
+        with torch.no_grad(), policy.autocast():
+            logp, _ = token_logprobs(policy, sample, temperature=1.0)
+        behaviour = sample.behaviour_logprobs[sample.loss_mask]
+        assert (logp.float().cpu() - behaviour).abs().max() < 0.1
