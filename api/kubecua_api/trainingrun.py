@@ -35,6 +35,7 @@ from kubecua_api.common import (
 from kubecua_api.constants import CHECKPOINT_PATH, METRICS_PORT
 from kubecua_api.cost import CostConfig, CostStatus
 from kubecua_api.curriculum import CurriculumConfig, CurriculumStatus
+from kubecua_api.liveview import LiveViewStatus
 from kubecua_api.lora import LoraConfig
 from kubecua_api.reward import RewardConfig
 
@@ -658,6 +659,11 @@ class TrainingRunStatus(ApiModel):
         default=None,
         description="Sandbox-seconds and GPU-seconds the run used, per trajectory and per"
         " successful trajectory; money at spec.cost's prices (trainer).",
+    )
+    live_view: LiveViewStatus | None = Field(
+        default=None,
+        description="Where to watch the sandbox of the latest episode (a pool's sandbox only;"
+        " trainer).",
     )
     curriculum: CurriculumStatus | None = Field(
         default=None,

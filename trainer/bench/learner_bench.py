@@ -47,10 +47,11 @@ GPU_CASES: dict[str, dict[str, Any]] = {
     "step_15x1080_4b": {"kind": "learner_step", **_3B, "model": "qwen3_vl_4b", "images": 15,
                         "size": R1080, **_OPT, "text_ckpt": 1.0, "samples": 1, **_STEP},
     # issue 33: the 7B shape training a LoRA adapter (rank 16 on q, k, v, o: the spec's
-    # defaults) on the same episode; compare with step_15x1080_3b (full fine-tuning)
+    # defaults) on the same episode, eager (no compile) like its full fine-tuning twin
+    # step_15x1080_3b_eager (in SWEEP): compare the two, measured in one call
     "step_15x1080_7b_lora": {"kind": "lora_step", **_3B, "model": "qwen2_5_vl_7b", "images": 15,
                              "size": R1080, **_OPT, "text_ckpt": 1.0, "samples": 1,
-                             "repeats": 2, "lora": {"rank": 16}},
+                             "repeats": 2, "lora": {"rank": 16}, "compile": False},
     "grpo_8x8x720_3b": {"kind": "learner_step", **_3B, **_OPT, "samples": 8, **_STEP},
     # the offloaded AdamW step as it was before issue 24 item 3: no pipeline (the same bits)
     "grpo_8x8x720_3b_serial": {"kind": "learner_step", **_3B, **_OPT, "samples": 8, **_STEP,
@@ -66,7 +67,11 @@ SWEEP: dict[str, dict[str, Any]] = {
     f"opt_8x720_text{t}_vision{v}": {"kind": "fwd_bwd", **_3B, **_OPT, "text_ckpt": t,
                                      "vision_ckpt": v}
     for t, v in ((1.0, 1.0), (0.5, 1.0), (0.0, 0.5))
-} | {"opt_8x720_eager": {"kind": "fwd_bwd", **_3B, **_OPT, "compile": False}}  # fmt: skip
+} | {"opt_8x720_eager": {"kind": "fwd_bwd", **_3B, **_OPT, "compile": False},
+     # full fine-tuning of the 3B shape as step_15x1080_3b, eager: the LoRA case's baseline
+     "step_15x1080_3b_eager": {"kind": "learner_step", **_3B, "images": 15, "size": R1080,
+                               **_OPT, "text_ckpt": 1.0, "samples": 1, **_STEP,
+                               "compile": False}}  # fmt: skip
 _TINY = {"model": "tiny_qwen2_5_vl", "images": 2, "size": (112, 112), "compile": False}
 CPU_CASES: dict[str, dict[str, Any]] = {
     "naive_ckpt": {"kind": "naive", **_TINY, "checkpointing": True},

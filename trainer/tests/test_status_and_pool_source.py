@@ -69,7 +69,9 @@ def test_status_patch_failure_is_not_fatal(api, namespace) -> None:
 
 def endpoint_slice(name: str, pool: str, ips: dict[str, bool]) -> client.V1EndpointSlice:
     return client.V1EndpointSlice(
-        metadata=client.V1ObjectMeta(name=name, labels={"kubecua.dev/pool": pool}),
+        metadata=client.V1ObjectMeta(
+            name=name, labels={"kubecua.dev/pool": pool, "kubernetes.io/service-name": name}
+        ),
         address_type="IPv4",
         ports=[client.DiscoveryV1EndpointPort(name="episodes", port=8000, protocol="TCP")],
         endpoints=[
@@ -109,6 +111,8 @@ async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> No
             "sb-1", namespace, endpoint_slice("sb-1", "desktops", {"10.0.0.2": True})
         )
         await _until(lambda: set(leases.ready) == {"http://10.0.0.1:8000", "http://10.0.0.2:8000"})
+        # Each URL's sandbox, by its slice's Service (the live view's links: liveview.py).
+        assert leases.names == {"http://10.0.0.1:8000": "sb-0", "http://10.0.0.2:8000": "sb-1"}
         disc.delete_namespaced_endpoint_slice("sb-0", namespace)
         await _until(lambda: leases.ready == ["http://10.0.0.2:8000"])
     finally:

@@ -28,6 +28,7 @@ from kubecua_trainer.report import views
 from kubecua_trainer.report.cost import cost_view
 from kubecua_trainer.report.curriculum import curriculum_view
 from kubecua_trainer.report.curves import held_out_svg, plot_curves
+from kubecua_trainer.report.liveview import live_view
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
 
@@ -161,6 +162,7 @@ class RunReport:
             curves=self.curves_path.name if self.curves_path.exists() else None,
             held_out=held_out,
             cost=cost_view(self.dir, history),
+            live=live_view(self.dir, step_files[max(step_files)] if step_files else None),
             curriculum=curriculum_view(self.dir),
         )
 

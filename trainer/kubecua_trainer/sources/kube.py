@@ -54,6 +54,7 @@ class PoolSource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._slices: dict[str, set[str]] = {}
+        self._names: dict[str, str] = {}  # url -> its sandbox (the slice's Service, its pod)
 
     def _discovery_api(self) -> Any:
         from kubernetes import client
@@ -70,6 +71,7 @@ class PoolSource:
 
         def publish() -> None:
             urls = sorted(set().union(*self._slices.values())) if self._slices else []
+            leases.names = dict(self._names)  # for the live view's commands (liveview.py)
             loop.call_soon_threadsafe(leases.set_ready, urls)
 
         first = threading.Event()
@@ -87,7 +89,7 @@ class PoolSource:
         while not self._stop.is_set():
             try:
                 listed = api.list_namespaced_endpoint_slice(self.namespace, label_selector=selector)
-                self._slices = {s.metadata.name: slice_urls(s) for s in listed.items}
+                self._slices = {s.metadata.name: self._urls(s) for s in listed.items}
                 publish()
                 first.set()
                 w = watch.Watch()
@@ -102,7 +104,7 @@ class PoolSource:
                     if event["type"] == "DELETED":
                         self._slices.pop(obj.metadata.name, None)
                     else:
-                        self._slices[obj.metadata.name] = slice_urls(obj)
+                        self._slices[obj.metadata.name] = self._urls(obj)
                     publish()
                     if self._stop.is_set():
                         w.stop()
@@ -111,6 +113,15 @@ class PoolSource:
                     self._stop.wait(2.0)
             except Exception:  # network hiccups: keep the last known set, retry
                 self._stop.wait(2.0)
+
+    def _urls(self, endpoint_slice: Any) -> set[str]:
+        """slice_urls, noting each URL's sandbox: the Service the slice belongs to, one per
+        sandbox and named as its pod (kubernetes.io/service-name, set by the API server)."""
+        urls = slice_urls(endpoint_slice)
+        service = (endpoint_slice.metadata.labels or {}).get("kubernetes.io/service-name")
+        if service:
+            self._names.update(dict.fromkeys(urls, service))
+        return urls
 
     async def stop(self) -> None:
         self._stop.set()

@@ -45,6 +45,7 @@ class SandboxLeases:
         # episode adds its own, from its start request to its release's answer, which comes
         # after the sandbox's reset (rollout/episode.py). Evaluation's episodes count too.
         self.held_seconds = 0.0
+        self.names: dict[str, str] = {}  # url -> sandbox name, where the source knows it
 
     # -- what sources call -------------------------------------------------------------------
     def set_ready(self, urls: list[str] | set[str]) -> None:
