@@ -58,6 +58,12 @@ bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktop
 # built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
 # on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
 # 1 step, 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
+# The curriculum by pass rate against uniform sampling on the offline suite (no desktops;
+# bench/learning/curriculum_ab.py): zero-variance groups and held-out success per arm, one command.
+.PHONY: bench-curriculum
+bench-curriculum: trainer-env ## curriculum vs uniform task sampling: zero-variance groups, held-out success (CPU, offline suite)
+	cd trainer && .venv/bin/python -m bench.learning.curriculum_ab $(BENCH_ARGS)
+
 .PHONY: bench-learning
 bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise? warm-up + GRPO, 3 seeds + LR-0 control, real desktops (BENCH_ARGS=--smoke)
 	cd trainer && .venv/bin/python -m bench.learning.run --out $(CURDIR)/out/bench-learning $(BENCH_ARGS)
