@@ -44,8 +44,14 @@ def compile_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
     backend: "eager" traces without generating code (the CPU test of recompilations).
     """
     import torch._dynamo
+    import torch._inductor.config
 
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    # No padding of matmul shapes or strides: a checkpointed block's recomputation (its own graph)
+    # padded the vision MLP's 3,420 columns to 3,424 where the first forward had not, and
+    # checkpointing refuses recomputed tensors whose shapes differ (seen in the loop on an H200).
+    torch._inductor.config.shape_padding = False
+    torch._inductor.config.comprehensive_padding = False
     layers = [layer for stack in layer_stacks(model) for layer in stack]
     for layer in layers:
         layer.compile(dynamic=True, backend=backend)
