@@ -27,7 +27,7 @@ from bench.cases import ALGO
 from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import token_logprobs
-from kubecua_trainer.loss import token_loss
+from kubecua_trainer.loss import LossCoefficients, token_loss
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.checkpointing import layer_stacks, set_checkpointing
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths
@@ -90,8 +90,8 @@ def sharded_steps(rank: int, world: int) -> list[dict[str, float]]:
     for _ in range(2):
         logp = net(mine)
         behaviour = mine.behaviour_logprobs[mine.loss_mask].to(logp.device)
-        terms = token_loss(logp, logp.detach(), behaviour, mine.advantage, ALGO.clip.low,
-                           ALGO.clip.high, ALGO.tis_cap)  # fmt: skip
+        coefs = LossCoefficients(ALGO.clip.low, ALGO.clip.high, ALGO.tis_cap)
+        terms = token_loss(logp, logp.detach(), behaviour, mine.advantage, coefs)
         loss = terms.loss.sum() / total
         (loss * world).backward()  # FSDP averages gradients over ranks; we want their sum
         norm = torch.nn.utils.clip_grad_norm_(net.parameters(), ALGO.max_grad_norm)

@@ -20,7 +20,7 @@ import torch
 
 from kubecua_trainer.distributed import Dist, balance_by_tokens
 from kubecua_trainer.logprobs import token_logprobs
-from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossTerms
+from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample, check_image_pads
@@ -55,8 +55,14 @@ class Learner:
         self.steps = 0
         # policyLoss, its clip, entropyCoef; the perf harnesses' namespaces name only PPO's fields
         self._policy_loss = POLICY_LOSSES[getattr(algo, "policy_loss", "ppo")]
-        self._clip = algo.gspo_clip if getattr(algo, "policy_loss", "ppo") == "gspo" else algo.clip
-        self._entropy_coef = float(getattr(algo, "entropy_coef", 0.0))
+        clip = algo.gspo_clip if getattr(algo, "policy_loss", "ppo") == "gspo" else algo.clip
+        self._coefs = LossCoefficients(
+            clip.low,
+            clip.high,
+            algo.tis_cap,
+            algo.kl_coef,
+            float(getattr(algo, "entropy_coef", 0.0)),
+        )
 
     def _reference_logprobs(self, sample: Sample) -> torch.Tensor | None:
         if self.reference is None or self.algo.kl_coef <= 0:
@@ -83,13 +89,9 @@ class Learner:
             logp.detach(),
             behaviour,
             sample.advantage,
-            self._clip.low,
-            self._clip.high,
-            self.algo.tis_cap,
-            self.algo.kl_coef,
+            self._coefs,
             self._reference_logprobs(sample),
-            entropy=entropy,
-            entropy_coef=self._entropy_coef,
+            entropy,
         )
         loss = terms.loss.sum() * weight
         # FSDP averages gradients over the ranks; each rank holds a part of one sum.

@@ -27,18 +27,26 @@ class LossTerms:
     tis_weight: torch.Tensor  # (n,) truncated importance weight
 
 
+@dataclass(frozen=True)
+class LossCoefficients:
+    """The numbers both policy losses take beside the log-probs (AlgorithmConfig's, through the
+    learner): the ratio's clips, the importance weight's cap, the KL and entropy coefficients."""
+
+    clip_low: float
+    clip_high: float
+    tis_cap: float
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+
+
 def token_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     behaviour_logp: torch.Tensor,
     advantage: torch.Tensor | float,
-    clip_low: float,
-    clip_high: float,
-    tis_cap: float,
-    kl_coef: float = 0.0,
+    coefs: LossCoefficients,
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
 ) -> LossTerms:
     """PPO: loss = -w * min(r A, clip(r, 1 - low, 1 + high) A) + kl_coef * k3 - entropy_coef * H.
 
@@ -50,9 +58,8 @@ def token_loss(
     term -0.8 is the min, so loss = -1.25 * -0.8 = 1.0 and the clip is active.
     """
     ratio = torch.exp(logp - old_logp)
-    weight = torch.clamp(torch.exp(old_logp - behaviour_logp), max=tis_cap).detach()
-    return _surrogate(ratio, weight, advantage, clip_low, clip_high, logp, kl_coef, ref_logp,
-                      entropy, entropy_coef)  # fmt: skip
+    weight = torch.clamp(torch.exp(old_logp - behaviour_logp), max=coefs.tis_cap).detach()
+    return _surrogate(ratio, weight, advantage, logp, coefs, ref_logp, entropy)
 
 
 def sequence_loss(
@@ -60,13 +67,9 @@ def sequence_loss(
     old_logp: torch.Tensor,
     behaviour_logp: torch.Tensor,
     advantage: torch.Tensor | float,
-    clip_low: float,
-    clip_high: float,
-    tis_cap: float,
-    kl_coef: float = 0.0,
+    coefs: LossCoefficients,
     ref_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
 ) -> LossTerms:
     """GSPO (arXiv 2507.18071) over one sequence's trained tokens, in the paper's token form.
 
@@ -87,35 +90,40 @@ def sequence_loss(
     """
     seq_log_ratio = (logp - old_logp).mean()
     ratio = torch.exp(seq_log_ratio.detach() + logp - logp.detach())
-    seq_weight = torch.clamp(torch.exp((old_logp - behaviour_logp).mean()), max=tis_cap)
+    seq_weight = torch.exp((old_logp - behaviour_logp).mean()).clamp(max=coefs.tis_cap)
     weight = seq_weight.detach().expand_as(logp)
-    return _surrogate(ratio, weight, advantage, clip_low, clip_high, logp, kl_coef, ref_logp,
-                      entropy, entropy_coef)  # fmt: skip
+    return _surrogate(ratio, weight, advantage, logp, coefs, ref_logp, entropy)
 
 
 def _surrogate(
     ratio: torch.Tensor, weight: torch.Tensor, advantage: torch.Tensor | float,
-    clip_low: float, clip_high: float, logp: torch.Tensor, kl_coef: float,
-    ref_logp: torch.Tensor | None, entropy: torch.Tensor | None, entropy_coef: float,
+    logp: torch.Tensor, coefs: LossCoefficients, ref_logp: torch.Tensor | None,
+    entropy: torch.Tensor | None,
 ) -> LossTerms:  # fmt: skip
     adv = torch.as_tensor(advantage, dtype=logp.dtype, device=logp.device)
     unclipped = ratio * adv
-    clipped_ratio = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clipped_ratio = torch.clamp(ratio, 1.0 - coefs.clip_low, 1.0 + coefs.clip_high)
     surrogate = torch.minimum(unclipped, clipped_ratio * adv)
     loss = -weight * surrogate
     kl = torch.zeros_like(logp)
-    if ref_logp is not None and kl_coef > 0:
+    if ref_logp is not None and coefs.kl_coef > 0:
         delta = ref_logp - logp
         kl = torch.exp(delta) - delta - 1.0
-        loss = loss + kl_coef * kl
-    if entropy is not None and entropy_coef > 0:
-        loss = loss - entropy_coef * entropy
+        loss = loss + coefs.kl_coef * kl
+    if entropy is not None and coefs.entropy_coef > 0:
+        loss = loss - coefs.entropy_coef * entropy
     clipped = (clipped_ratio * adv < unclipped).detach()
     return LossTerms(loss, clipped, kl.detach(), weight)
 
 
-POLICY_LOSSES: dict[str, Callable[..., LossTerms]] = {"ppo": token_loss, "gspo": sequence_loss}
-"""algorithm.policyLoss -> its loss function (same arguments)."""
+PolicyLoss = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | float, LossCoefficients,
+     torch.Tensor | None, torch.Tensor | None],
+    LossTerms,
+]  # fmt: skip
+POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo": token_loss, "gspo": sequence_loss}
+"""algorithm.policyLoss -> its loss function (one signature: log-probs, advantage, coefficients,
+reference log-probs, entropy)."""
 
 
 def token_weights(lengths: list[int]) -> list[float]:

@@ -14,6 +14,7 @@ Per token: r = now/old, w = min(old/behaviour, 2), loss = -w * min(r A, clip(r) 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,13 +23,14 @@ from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.logprobs import _chunk_logprobs
 from kubecua_trainer.loss import (
     AGGREGATIONS,
+    LossCoefficients,
     sequence_loss,
     sequence_weights,
     token_loss,
     token_weights,
 )
 
-CLIP = {"clip_low": 0.2, "clip_high": 0.28, "tis_cap": 2.0}
+CLIP = LossCoefficients(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
 
 
 def _log(*p: float) -> torch.Tensor:
@@ -49,7 +51,7 @@ def _aggregate(weights_fn, kl_coef: float = 0.0):  # type: ignore[no-untyped-def
     terms = []
     for (logp, old, behav, adv), w in zip(batch, weights, strict=True):
         ref = _log(0.5) if adv < 0 else None
-        t = token_loss(logp, old, behav, adv, kl_coef=kl_coef, ref_logp=ref, **CLIP)
+        t = token_loss(logp, old, behav, adv, replace(CLIP, kl_coef=kl_coef), ref_logp=ref)
         terms.append(t)
         total = total + t.loss.sum() * w
     total.backward()
@@ -105,7 +107,7 @@ def test_aggregation_weights() -> None:
 #   seq 3, A = +1: logp - old = [0.2, 0.4] -> s = e^0.3 = 1.349859 > 1.2: min(1.349859, 1.2)
 #     = 1.2 (clipped); old - behaviour = [1.0, 0.8] -> e^0.9 = 2.459603, capped at 2
 #     -> loss -2.4 per token, gradient 0
-GSPO_CLIP = {"clip_low": 0.1, "clip_high": 0.2, "tis_cap": 2.0}
+GSPO_CLIP = LossCoefficients(clip_low=0.1, clip_high=0.2, tis_cap=2.0)
 
 
 def _gspo_batch() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]]:
@@ -126,7 +128,7 @@ def _gspo(weights_fn):  # type: ignore[no-untyped-def]
     total = torch.zeros((), dtype=torch.float64)
     terms = []
     for (logp, old, behav, adv), w in zip(batch, weights, strict=True):
-        terms.append(sequence_loss(logp, old, behav, adv, **GSPO_CLIP))
+        terms.append(sequence_loss(logp, old, behav, adv, GSPO_CLIP))
         total = total + terms[-1].loss.sum() * w
     total.backward()
     return total, [b[0].grad for b in batch], terms
@@ -182,7 +184,7 @@ def test_entropy_bonus_lowers_the_loss_by_coef_times_entropy() -> None:
     # the PPO batch's first sequence, entropies [0.5, 1.0, 2.0], coef 0.1: loss - 0.1 * H
     logp, old, behav, adv = _batch()[0]
     entropy = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
-    t = token_loss(logp, old, behav, adv, entropy=entropy, entropy_coef=0.1, **CLIP)
+    t = token_loss(logp, old, behav, adv, replace(CLIP, entropy_coef=0.1), entropy=entropy)
     assert t.loss.tolist() == pytest.approx([-1.55, -0.7, -2.2])
     t.loss.sum().backward()
     assert entropy.grad is not None

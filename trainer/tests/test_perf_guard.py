@@ -21,7 +21,7 @@ from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import model_inputs
-from kubecua_trainer.loss import token_loss
+from kubecua_trainer.loss import LossCoefficients, token_loss
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.speedups.attention import use_varlen_vision_attention
 from kubecua_trainer.speedups.checkpointing import set_checkpointing, spread
@@ -63,7 +63,8 @@ def plain_loss(policy: Policy, sample: Sample, weight: float) -> torch.Tensor:
     positions = sample.loss_mask.nonzero()[:, 0].to(policy.device)
     logp = logp_all.gather(-1, ids[1:, None])[:, 0][positions - 1]
     behaviour = sample.behaviour_logprobs[sample.loss_mask].to(policy.device)
-    terms = token_loss(logp, logp.detach(), behaviour, sample.advantage, 0.2, 0.28, 2.0)
+    coefs = LossCoefficients(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+    terms = token_loss(logp, logp.detach(), behaviour, sample.advantage, coefs)
     return terms.loss.sum() * weight
 
 
