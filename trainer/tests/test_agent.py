@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kubecua_trainer.rollout.agent import ParseError, parse_action, scale_coordinates, system_prompt
-from kubecua_trainer.rollout.screens import model_image_size
 
 
 def test_code_block_is_parsed_to_its_code() -> None:
@@ -63,15 +62,6 @@ def test_coordinates_map_from_model_image_to_screen() -> None:
         "pyautogui.write('100')",
         "pyautogui.scroll(5)",
     ]
-
-
-def test_model_image_respects_the_pixel_cap_and_patch_factor() -> None:
-    w, h = model_image_size(1920, 1080, 50176)
-    assert w * h <= 50176
-    assert w % 28 == 0
-    assert h % 28 == 0
-    assert (w, h) == (280, 168)
-    assert model_image_size(1280, 720, 1003520) == (1260, 700)
 
 
 def test_system_prompt_names_the_action_space_and_size() -> None:

@@ -1,33 +1,17 @@
 """Screenshots: decode what the episode server sent and resize it to what the model sees.
 
-The model's image is the screenshot scaled down to the run's pixel cap, with sides rounded down
-to a multiple of the vision patch factor (patch size x merge size: 28 for Qwen2.5-VL), so the
-processor does not resize it again and the model's coordinates map back exactly by (sx, sy).
-"""
+The resize is the policy's (tokens.fit_image: the run's pixel cap, sides on multiples of the vision
+patch factor), so the processor does not resize it again and the model's coordinates map back
+exactly by (sx, sy)."""
 
 from __future__ import annotations
 
 import base64
 import io
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from PIL import Image
-
-
-def model_image_size(width: int, height: int, max_pixels: int, factor: int = 28) -> tuple[int, int]:
-    """Largest (w, h) with w*h <= max_pixels, the screen's aspect, and sides multiples of factor.
-
-    >>> model_image_size(1920, 1080, 1003520)   # scale 0.696 -> 1335x751 -> floor to 28s
-    (1316, 728)
-    >>> model_image_size(200, 100, 1003520)      # small screens are only rounded to the factor
-    (196, 84)
-    """
-    scale = min(1.0, math.sqrt(max_pixels / (width * height)))
-    w = max(factor, int(width * scale) // factor * factor)
-    h = max(factor, int(height * scale) // factor * factor)
-    return w, h
 
 
 @dataclass(frozen=True)
@@ -51,13 +35,3 @@ def decode_screen(b64: str, fit: Callable[[Image.Image], Image.Image]) -> Screen
     raw = Image.open(io.BytesIO(data))
     raw.load()
     return Screen(fit(raw.convert("RGB")), raw.width, raw.height, data)
-
-
-def fit_to_cap(max_pixels: int, factor: int = 28) -> Callable[[Image.Image], Image.Image]:
-    """A `fit` without a policy: model_image_size, then a bicubic resize."""
-
-    def fit(img: Image.Image) -> Image.Image:
-        size = model_image_size(img.width, img.height, max_pixels, factor)
-        return img if size == img.size else img.resize(size, Image.Resampling.BICUBIC)
-
-    return fit
