@@ -69,7 +69,8 @@ def test_sound_starts_below_full_volume_unmuted(desktop: Desktop) -> None:
 def test_vlc_config_turns_on_its_web_interface_with_osworlds_password(desktop: Desktop) -> None:
     lines = (desktop.home / ".config/vlc/vlcrc").read_text().splitlines()
     found = dict(line.split("=", 1) for line in lines if "=" in line)
-    assert start_state.load()["vlc"]["settings"].items() <= found.items()
+    assert start_state.vlc_settings().items() <= found.items()
+    assert lines.index("[qt]") < lines.index("qt-privacy-ask=0")  # VLC's sections, as tasks edit
     assert found["http-port"] == str(desktop.info.vlc_port)
 
 

@@ -35,6 +35,7 @@ PROFILE_PATH = (Path(__file__).resolve().parents[2] / "desktop-server/kubecua_de
                 / "osworld_start_state.toml")  # fmt: skip
 PROFILE = tomllib.loads(PROFILE_PATH.read_text())
 # Task 28cc3b7e-b194-4bc9-8353-d04c0f4d56d2's evaluator command, as OSWorld runs it.
+VLC = {k: v for section in ("qt", "core", "lua") for k, v in PROFILE["vlc"][section].items()}
 OSWORLD_VOLUME = ("pulseaudio --start\npactl list sinks | grep '^[[:space:]]Volume:' | head -n 1 "
                   "| awk '{print $5}' | sed 's/%//g'")  # fmt: skip
 # Chrome as OSWorld's tasks start it (the episode server maps the ports on a local sandbox).
@@ -122,7 +123,7 @@ def read_back(env: Any) -> dict[str, str]:
     values["mute"] = command(env, "pactl get-sink-mute @DEFAULT_SINK@")
     vlcrc = Path(getters.get_vlc_config(env, {"dest": "vlcrc"})).read_text().splitlines()
     found = dict(line.split("=", 1) for line in vlcrc if "=" in line)
-    values.update({f"vlcrc {k}": found.get(k, "") for k in PROFILE["vlc"]["settings"]})
+    values.update({f"vlcrc {k}": found.get(k, "") for k in VLC})
     # default_video_player's getter asks xdg-mime for 120 video types; the commonest one answers.
     values["default_video_player"] = command(env, "xdg-mime query default video/mp4")
     return values
@@ -132,7 +133,7 @@ EXPECTED = {
     **{f"{s['schema']} {s['key']}": s["value"] + "\n" for s in PROFILE["dconf"]},
     "volume": f"{PROFILE['audio']['volume_percent']}\n",
     "mute": "Mute: no\n",
-    **{f"vlcrc {k}": v for k, v in PROFILE["vlc"]["settings"].items()},
+    **{f"vlcrc {k}": v for k, v in VLC.items()},
     "default_video_player": "videos.desktop\n",
 }
 
@@ -201,7 +202,7 @@ def change_everything(sb: LocalSandbox, env: Any) -> dict[str, Any]:
     for s in PROFILE["dconf"]:
         argv = ["gsettings", "set", s["schema"], s["key"], other_value(s["value"])]
         assert desktop.execute(shlex.join(argv), shell=True)["returncode"] == 0, argv
-    vlcrc = "".join(f"{k}=changed\\n" for k in PROFILE["vlc"]["settings"])
+    vlcrc = "".join(f"{k}=changed\\n" for k in VLC)
     desktop.execute("pactl set-sink-volume @DEFAULT_SINK@ 100% && pactl set-sink-mute "
                     f"@DEFAULT_SINK@ 1 && printf '{vlcrc}' > ~/.config/vlc/vlcrc",
                     shell=True)  # fmt: skip

@@ -47,11 +47,21 @@ def pulse_commands(sink: str) -> list[str]:
             f"set-sink-mute {sink} {'1' if audio['mute'] else '0'}"]  # fmt: skip
 
 
+VLC_SECTIONS = ("qt", "core", "lua")
+
+
+def vlc_settings() -> dict[str, str]:
+    """The profile's vlcrc options, whatever their section."""
+    return {k: v for section in VLC_SECTIONS for k, v in load()["vlc"][section].items()}
+
+
 def vlcrc(host: str, port: int) -> str:
-    """~/.config/vlc/vlcrc. VLC reads options by their full names (http-port, not [http] port),
-    and its web interface refuses to start without http-password."""
-    settings = dict(load()["vlc"]["settings"], **{"http-host": host, "http-port": str(port)})
-    return "[core]\n" + "".join(f"{k}={v}\n" for k, v in settings.items())
+    """~/.config/vlc/vlcrc, in VLC's own sections. VLC reads options by their full names
+    (http-port, not [http] port), and its web interface refuses to start without http-password."""
+    sections = {name: dict(load()["vlc"][name]) for name in VLC_SECTIONS}
+    sections["core"].update({"http-host": host, "http-port": str(port)})
+    return "".join(f"[{name}]\n" + "".join(f"{k}={v}\n" for k, v in options.items())
+                   for name, options in sections.items())  # fmt: skip
 
 
 def libreoffice_items() -> list[tuple[str, str, str]]:
