@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,23 @@ def test_chrome_started_by_a_task_keeps_the_profile_without_a_migration_marker(
     assert _default_engine(prefs) == "Google"
     assert set(_engines(user_data)) <= set(CHROME["engines"])
     assert {"Google", "Bing"} <= set(_engines(user_data))
+
+
+def test_chrome_wrapper_joins_its_disabled_feature_to_a_tasks_own_list() -> None:
+    """Chromium keeps only the last --disable-features: a task's own list must not drop the one
+    that stops the migration marker (run with `echo` standing in for Chromium)."""
+    wrapper = Path(start_state.__file__).with_name("google-chrome")
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/user", "KUBECUA_CHROME_BIN": "/bin/echo"}
+
+    def argv(*args: str) -> list[str]:
+        done = subprocess.run(["sh", str(wrapper), *args], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return done.stdout.split()
+
+    own = argv("--disable-features=Translate", "--remote-debugging-port=1337")
+    assert [a for a in own if a.startswith("--disable-features")] == [
+        "--disable-features=Translate,LocalNetworkAccessChecks"
+    ]
+    plain = argv("--remote-debugging-port=1337")
+    assert "--disable-features=LocalNetworkAccessChecks" in plain
+    assert plain[-1] == "--remote-debugging-port=1337"
