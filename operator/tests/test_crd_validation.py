@@ -289,6 +289,48 @@ BAD = [
         with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"episodes": 0}}),
         "spec.sandboxes.capacity.episodes",
     ),
+    # Issue 33: LoRA and the curriculum.
+    (
+        "zero LoRA rank",
+        with_spec(RUN, model={"path": "/m", "lora": {"rank": 0}}),
+        "spec.model.lora.rank",
+    ),
+    (
+        "LoRA rank above 256",
+        with_spec(RUN, model={"path": "/m", "lora": {"rank": 512}}),
+        "spec.model.lora.rank",
+    ),
+    (
+        "LoRA on the output head",
+        with_spec(RUN, model={"path": "/m", "lora": {"targetModules": ["q_proj", "lm_head"]}}),
+        "spec.model.lora.targetModules[1]: Invalid value",
+    ),
+    (
+        "LoRA target module not a name",
+        with_spec(RUN, model={"path": "/m", "lora": {"targetModules": ["q_proj; rm"]}}),
+        "spec.model.lora.targetModules[0]",
+    ),
+    (
+        "LoRA on a layer sglang cannot adapt",
+        with_spec(
+            RUN,
+            model={"path": "/m", "lora": {"targetModules": ["qkv"]}},
+            rollout={"engine": "sglang", "sglangUrls": ["http://s:30000"]},
+        ),
+        "spec.model.lora.targetModules: Invalid value",
+    ),
+    (
+        "curriculum band upside down",
+        with_spec(
+            RUN, tasks={"configMapRef": "t", "curriculum": {"band": {"low": 0.8, "high": 0.2}}}
+        ),
+        "spec.tasks.curriculum.band: high must be >= low",
+    ),
+    (
+        "zero curriculum floor",
+        with_spec(RUN, tasks={"configMapRef": "t", "curriculum": {"floor": 0}}),
+        "spec.tasks.curriculum.floor",
+    ),
 ]
 
 
@@ -464,6 +506,13 @@ GOOD = [
     ),
     with_spec(POOL, replicas=4, maxReplicas=4),
     with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"episodes": 8, "spares": 2}}),
+    with_spec(RUN, model={"path": "/m", "lora": {"rank": 256, "dropout": 0.9}}),
+    with_spec(
+        RUN,
+        model={"path": "/m", "lora": {"targetModules": ["q_proj", "down_proj"]}},
+        rollout={"engine": "sglang", "sglangUrls": ["http://s:30000"]},
+    ),
+    with_spec(RUN, tasks={"configMapRef": "t", "curriculum": {"band": {"low": 0.5, "high": 0.5}}}),
 ]
 
 
