@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from types import SimpleNamespace
 
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 from bench.testing.images import screenshot
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import load_policy
@@ -73,10 +73,7 @@ def main() -> None:
         conv.add_generation(Generation(gen, [-1.0] * len(gen), "length"))
     sample = conv.to_sample()
     sample.advantage = 1.0
-    algo = SimpleNamespace(learning_rate=1e-6, clip=SimpleNamespace(low=0.2, high=0.28),
-                           tis_cap=2.0, kl_coef=0.0, aggregation="token", temperature=1.0,
-                           max_grad_norm=1.0)  # fmt: skip
-    learner = Learner(policy, algo)
+    learner = Learner(policy, AlgorithmConfig(learning_rate=1e-6))
     learner.step([sample])  # warm-up (allocator, kernels)
     static = torch.cuda.memory_allocated()  # fp32 weights + AdamW moments
     torch.cuda.reset_peak_memory_stats()

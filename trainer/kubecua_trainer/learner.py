@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.distributed import Dist, balance_by_tokens
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
@@ -32,7 +33,7 @@ class Learner:
     def __init__(
         self,
         policy: Policy,
-        algo: Any,
+        algo: AlgorithmConfig,
         reference: Policy | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         net: torch.nn.Module | None = None,
@@ -53,15 +54,10 @@ class Learner:
             params, lr=algo.learning_rate, weight_decay=0.0
         )
         self.steps = 0
-        # policyLoss, its clip, entropyCoef; the perf harnesses' namespaces name only PPO's fields
-        self._policy_loss = POLICY_LOSSES[getattr(algo, "policy_loss", "ppo")]
-        clip = algo.gspo_clip if getattr(algo, "policy_loss", "ppo") == "gspo" else algo.clip
+        self._policy_loss = POLICY_LOSSES[algo.policy_loss]
+        clip = algo.gspo_clip if algo.policy_loss == "gspo" else algo.clip
         self._coefs = LossCoefficients(
-            clip.low,
-            clip.high,
-            algo.tis_cap,
-            algo.kl_coef,
-            float(getattr(algo, "entropy_coef", 0.0)),
+            clip.low, clip.high, algo.tis_cap, algo.kl_coef, algo.entropy_coef
         )
 
     def _reference_logprobs(self, sample: Sample) -> torch.Tensor | None:

@@ -1,5 +1,5 @@
 """What a run's steps share: how this process runs the spec (RunOptions), what the run returns
-(RunResult) and the state the loop and its stages (pipeline.py) read (Loop)."""
+(RunResult) and the run's context that the loop and its stages (pipeline.py) read (Loop)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,14 @@ if TYPE_CHECKING:
     from kubecua_trainer.config import TrainingRun, TrainingRunSpec
     from kubecua_trainer.cost import CostLedger
     from kubecua_trainer.distributed import Dist
-    from kubecua_trainer.evaluation.stage import HeldOut
+    from kubecua_trainer.evaluation.held_out import HeldOut
+    from kubecua_trainer.learner import Learner
+    from kubecua_trainer.metrics import TrainerMetrics
+    from kubecua_trainer.model import Policy
     from kubecua_trainer.progress import RunProgress
+    from kubecua_trainer.replay import SuccessReplay
     from kubecua_trainer.report import RunReport
+    from kubecua_trainer.rollout.curriculum import Curriculum
     from kubecua_trainer.rollout.episode import Rollout
     from kubecua_trainer.saver import Saver
     from kubecua_trainer.sources import SandboxSource
@@ -63,11 +68,18 @@ class RunResult:
 
 @dataclass
 class Loop:
-    """What a run's steps share (built once by train._train)."""
+    """The run's context: what its steps and stages share, built once by train._train.
+
+    It owns what the run trains and measures (policy, learner, replay, curriculum, metrics); the
+    saver writes and restores the first four in checkpoints and is read for nothing else."""
 
     run: TrainingRun
     ro: Rollout
     tasks: list[dict]
+    policy: Policy  # the learner's (generation may run on a copy: ro.policy)
+    learner: Learner
+    replay: SuccessReplay
+    metrics: TrainerMetrics
     saver: Saver
     report: RunReport
     patcher: StatusPatcher | None
@@ -78,6 +90,7 @@ class Loop:
     dist: Dist
     sync: WeightSync  # how the engine gets each step's weights
     held_out: HeldOut | None = None  # spec.evaluation's tasks, loaded once
+    curriculum: Curriculum | None = None  # spec.tasks.curriculum's pass rates
     cost: CostLedger | None = None  # what the run spent (cost.py); built by train._train
 
     @property

@@ -39,7 +39,10 @@ def run_dirs(spec: TrainingRunSpec) -> tuple[Path, Path]:
 @dataclass
 class Saver:
     """Writes checkpoints of one run and remembers the newest: step, path. Distributed, every
-    rank calls save() and resume() (they gather and broadcast) and rank 0 alone touches disk."""
+    rank calls save() and resume() (they gather and broadcast) and rank 0 alone touches disk.
+    It holds what a checkpoint contains (policy, learner, replay, curriculum) and the metrics its
+    checkpoint gauge goes to only to save and restore them: the run's context (loop.Loop) owns
+    them, and the run's code reads them there."""
 
     root: Path
     spec: TrainingRunSpec

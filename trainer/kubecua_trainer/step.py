@@ -37,7 +37,7 @@ Played = tuple[list[Group], dict[str, float]]
 async def play(step: int, lp: Loop) -> Played:
     """Play this rank's episodes of `step` (no collectives: it may run beside learning)."""
     spec, t0, started = lp.spec, time.monotonic(), time.time()
-    per_step, curriculum = spec.algorithm.tasks_per_step, lp.saver.curriculum
+    per_step, curriculum = spec.algorithm.tasks_per_step, lp.curriculum
     if curriculum is not None:  # by pass rate (spec.tasks.curriculum)
         step_tasks = curriculum.draw(lp.tasks, step, per_step, spec.seed)
     else:
@@ -46,7 +46,7 @@ async def play(step: int, lp: Loop) -> Played:
 
     def on_episode(ep: EpisodeResult) -> None:
         if not lp.dist.enabled:  # distributed: rank 0 counts every rank's, once gathered
-            lp.saver.metrics.observe_episode(ep)
+            lp.metrics.observe_episode(ep)
         lp.progress.episode_done(ep.outcome)
 
     share = (lp.dist.rank, lp.dist.world)
@@ -66,10 +66,10 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     """Gather the step's episodes from every rank, build the batch, learn, hand the engine the
     weights (lp.sync.updated). Every rank runs it, in step order (it holds all of a step's
     collectives)."""
-    spec, d, metrics = lp.spec, lp.dist, lp.saver.metrics
+    spec, d, metrics = lp.spec, lp.dist, lp.metrics
     mine, timing = played
     t0 = time.monotonic()
-    check, held = image_pad_check(lp.saver.policy), None
+    check, held = image_pad_check(lp.policy), None
     if d.enabled:  # the episodes go to every rank, their images only where needed (exchange.py)
         validate_samples(mine, check)  # here, where the pixels are
         held = strip(mine, d.rank, step)
@@ -82,12 +82,12 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     if d.enabled and d.is_main:
         for ep in episodes:
             metrics.observe_episode(ep)
-    batch = assemble_batch(groups, spec.algorithm, lp.saver.replay, spec.reward)
-    curriculum = lp.saver.curriculum
+    batch = assemble_batch(groups, spec.algorithm, lp.replay, spec.reward)
+    curriculum = lp.curriculum
     if curriculum is not None:  # every rank: each draws the next steps itself
         curriculum.observe(step, scored_results(groups))
     if held is not None:
-        _deliver(d, held, batch, lp.saver.replay)
+        _deliver(d, held, batch, lp.replay)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
     lp.progress.learning(step)
     forget = getattr(lp.ro.engine, "forget_cache", None)
@@ -96,7 +96,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         # the memory (the embedded engine's worker frees it once idle; up to 10 s wait).
         await asyncio.to_thread(forget, 10.0)
     learn_started = time.time()
-    learned = await _learn(lp.saver.learner, batch, step)
+    learned = await _learn(lp.learner, batch, step)
     learn_ended = time.time()
     refresh = await lp.sync.updated(step)
     gen_tokens = sum(e.gen_tokens for e in episodes)

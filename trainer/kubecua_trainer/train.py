@@ -31,7 +31,7 @@ from kubecua_trainer.cost import CostLedger
 from kubecua_trainer.cost import publish as publish_cost
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
-from kubecua_trainer.evaluation.stage import load_held_out
+from kubecua_trainer.evaluation.held_out import load_held_out
 from kubecua_trainer.learner_setup import build_learner, build_sharded_learner
 from kubecua_trainer.loop import Loop, RunOptions, RunResult
 from kubecua_trainer.metrics import TrainerMetrics
@@ -88,8 +88,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
         policy, learner, gen = build_learner(spec)
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
-    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d,
-                  curriculum=build_curriculum(spec, tasks))  # fmt: skip
+    curriculum = build_curriculum(spec, tasks)
+    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d, curriculum=curriculum)
     first_step = saver.resume()
     gen = gen if gen is not None else policy
     if d.serves_metrics:
@@ -112,8 +112,11 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
             if not d.any(not ready):  # a stop on any rank before the first step stops all
                 ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
-                loop = Loop(run, ro, tasks, saver, report, patcher, progress, stop, opts, result,
-                            d, sync, held_out, cost)  # fmt: skip
+                loop = Loop(run=run, ro=ro, tasks=tasks, policy=policy, learner=learner,
+                            replay=replay, metrics=metrics, saver=saver, report=report,
+                            patcher=patcher, progress=progress, stop=stop, opts=opts,
+                            result=result, dist=d, sync=sync, held_out=held_out,
+                            curriculum=curriculum, cost=cost)  # fmt: skip
                 if saver.path is not None:
                     await sync.checkpointed(saver.step, saver.path)
                 await pipeline.before_steps(loop)  # warm-up, then the step-0 evaluation
@@ -125,7 +128,7 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
             await source.stop()
             await engine.close()
     if d.is_main:  # everything leased is back: evaluation's and a stop's episodes too
-        publish_cost(cost, leases.held_seconds, saver.metrics, patcher)
+        publish_cost(cost, leases.held_seconds, metrics, patcher)
         report.render()
     result.last_checkpoint = saver.path
     result.history = report.history() if d.is_main else []
@@ -173,12 +176,12 @@ async def _loop(first_step: int, lp: Loop) -> None:
             await lp.sync.checkpointed(step, saved)
             if d.is_main:
                 if lp.cost is not None:  # first: the report rendered next shows it
-                    publish_cost(lp.cost, lp.ro.leases.held_seconds, saver.metrics, lp.patcher)
-                _publish(step, spec, stats, saved, lp.report, saver.metrics, lp.patcher)
+                    publish_cost(lp.cost, lp.ro.leases.held_seconds, lp.metrics, lp.patcher)
+                _publish(step, spec, stats, saved, lp.report, lp.metrics, lp.patcher)
                 lp.progress.end_step(stats)
             elif d.serves_metrics:  # the job's gauges on every pod; rank 0 alone counts
-                saver.metrics.observe_step(stats, count=False)
-                saver.metrics.observe_gpu()
+                lp.metrics.observe_step(stats, count=False)
+                lp.metrics.observe_gpu()
             if lp.opts.on_step is not None:
                 lp.opts.on_step(step, stats)
             if stopping:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ import torch
 from bench.flops import Shape, train_flops, vision_attention_flops
 from bench.shapes import bench_policy, build_model, image_grid, synthetic_sample
 from bench.testing.images import screenshot
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.logprobs import model_inputs
@@ -29,9 +29,7 @@ from kubecua_trainer.speedups.optimizer import MasterAdamW, _slices
 from kubecua_trainer.tiny_models import build_tiny_model
 from kubecua_trainer.tokens import Conversation, Sample
 
-ALGO = SimpleNamespace(learning_rate=1e-3, clip=SimpleNamespace(low=0.2, high=0.28),
-                       tis_cap=2.0, kl_coef=0.0, aggregation="token", temperature=1.0,
-                       max_grad_norm=1.0)  # fmt: skip
+ALGO = AlgorithmConfig(learning_rate=1e-3)  # clip 0.2/0.28, TIS cap 2, PPO, no KL
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,9 @@ fails every later holder; the warm-up's fp32 masters carry over to GRPO's optimi
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_api.trainingrun import WarmupConfig
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.sources.static import StaticSource
 from kubecua_trainer.speedups.optimizer import MasterAdamW
@@ -26,9 +25,7 @@ from kubecua_trainer.train import RunOptions, train
 from kubecua_trainer.warmup.sft import fit_demonstrations
 from kubecua_trainer.weights_lock import WeightsLock
 
-ALGO = SimpleNamespace(learning_rate=1e-3, clip=SimpleNamespace(low=0.2, high=0.28),
-                       tis_cap=2.0, kl_coef=0.0, aggregation="token", temperature=1.0,
-                       max_grad_norm=1.0)  # fmt: skip
+ALGO = AlgorithmConfig(learning_rate=1e-3)  # clip 0.2/0.28, TIS cap 2, PPO, no KL
 WAIT = 30.0  # seconds: a bound on waits for events that come at once when the code is right
 
 
@@ -137,10 +134,8 @@ def test_grpo_goes_on_from_the_warm_up_weights_with_offloaded_masters() -> None:
     samples = [synthetic_sample(model, 2, 112, 112, i) for i in range(2)]
     before = [p.detach().clone() for p in model.parameters()]
     params = [p for p in model.parameters() if p.requires_grad]
-    algo = copy.copy(ALGO)
-    algo.learning_rate = 0.0
     grpo = MasterAdamW(params, lr=0.0, offload=True, defer=True)
-    learner = Learner(bench_policy(model), algo, optimizer=grpo)
+    learner = Learner(bench_policy(model), ALGO, optimizer=grpo)  # lr: the optimizer's
     cfg = WarmupConfig.model_validate({"demonstrations": "demos", "epochs": 2, "batchSize": 2,
                                        "learningRate": 1e-2})  # fmt: skip
     fit = fit_demonstrations(learner, [0, 1], lambda i: [samples[i]], cfg, seed=0)

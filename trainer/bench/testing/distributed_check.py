@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -36,6 +35,7 @@ from kubecua_trainer.checkpoint import (
     save_checkpoint,
     save_sharded_checkpoint,
 )
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.exchange import Held, deliver_pixels
@@ -44,15 +44,7 @@ from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
 from kubecua_trainer.tokens import Conversation, Sample
 
-ALGO = SimpleNamespace(
-    learning_rate=1e-3,
-    clip=SimpleNamespace(low=0.2, high=0.28),
-    tis_cap=2.0,
-    kl_coef=0.0,
-    aggregation="token",
-    temperature=1.0,
-    max_grad_norm=1.0,
-)
+ALGO = AlgorithmConfig(learning_rate=1e-3)  # clip 0.2/0.28, TIS cap 2, PPO, no KL
 
 
 def make_samples(policy: Policy, seed: int, n: int = 5) -> list[Sample]:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from kubecua_trainer.engines.base import Engine, EngineError, Generation, SamplingParams
 
 if TYPE_CHECKING:
+    from kubecua_trainer.config import RolloutConfig
     from kubecua_trainer.model import Policy
 
 __all__ = ["Engine", "EngineError", "Generation", "SamplingParams", "build_engine"]
@@ -73,8 +74,8 @@ def _sglang(cfg: Any, policy: Policy) -> Engine:
 ENGINES: dict[str, Callable[[Any, Policy], Engine]] = {"hf": _hf, "sglang": _sglang}
 
 
-def build_engine(cfg: Any, policy: Policy) -> Engine:
-    """cfg is a RolloutConfig; the engine kind comes from cfg.engine."""
+def build_engine(cfg: RolloutConfig, policy: Policy) -> Engine:
+    """The engine that cfg.engine names."""
     try:
         factory = ENGINES[cfg.engine]
     except KeyError:

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubecua_trainer.config import ConfigError, EvaluationConfig, TrainingRunSpec
+from kubecua_trainer.config import EvaluationConfig
 from kubecua_trainer.evaluation import results
 from kubecua_trainer.evaluation.runner import (
     eval_rollout,
@@ -30,24 +29,10 @@ from kubecua_trainer.evaluation.runner import (
 )
 from kubecua_trainer.evaluation.scoring import TaskFigures, summarize
 from kubecua_trainer.rollout.records import EpisodeResult
-from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.status import build_evaluation_status
 
 if TYPE_CHECKING:
     from kubecua_trainer.loop import Loop
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """spec.evaluation.tasks, loaded once when the run starts (a ConfigMap that is briefly
-    unreadable later on must not fail a run between two evaluations)."""
-
-    tasks: list[dict]
-    domains: dict[str, str]  # task id -> OSWorld domain
-
-    @property
-    def ids(self) -> set[str]:
-        return set(self.domains)
 
 
 def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
@@ -56,25 +41,6 @@ def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
     if step == 0:
         return cfg.at_start or steps == 0
     return step == steps or (cfg.every_steps > 0 and step % cfg.every_steps == 0)
-
-
-def load_held_out(
-    spec: TrainingRunSpec, namespace: str | None, trained: list[dict]
-) -> HeldOut | None:
-    """The run's held-out tasks, or None without spec.evaluation; ConfigError when one of them
-    is also among the training tasks `trained`."""
-    cfg = spec.evaluation
-    if cfg is None:
-        return None
-    domains: dict[str, str] = {}
-    tasks = load_tasks(cfg.tasks, namespace, field="spec.evaluation.tasks", domains=domains)
-    overlap = sorted({str(t["id"]) for t in trained} & set(domains))
-    if overlap and spec.steps > 0:  # an evaluate-only run trains on nothing
-        raise ConfigError(
-            f"spec.evaluation.tasks: held-out tasks are never trained on, but {overlap} "
-            "are also in spec.tasks: remove them from one of the two"
-        )
-    return HeldOut(tasks, domains)
 
 
 async def evaluate_if_due(lp: Loop, step: int) -> None:
@@ -163,7 +129,7 @@ def _publish(lp: Loop, summary: dict[str, Any], episodes: list[EpisodeResult]) -
     """Metrics, the TrainingRun status (in a cluster), the report and one console line. The
     report is rendered here, not only after a training step: the last evaluation comes after
     the last step's render, and the report would end on the one before it."""
-    lp.saver.metrics.observe_evaluation(summary, Counter(e.outcome for e in episodes))
+    lp.metrics.observe_evaluation(summary, Counter(e.outcome for e in episodes))
     if lp.patcher is not None:
         lp.patcher.patch({"evaluation": build_evaluation_status(summary)})
     lp.report.render()
@@ -183,7 +149,7 @@ def republish_last(lp: Loop) -> None:
         return
     path = results.step_dir(out_dir, max(done)) / "summary.json"
     summary = json.loads(path.read_text())
-    lp.saver.metrics.observe_evaluation(summary, {})  # its episodes were counted by that run
+    lp.metrics.observe_evaluation(summary, {})  # its episodes were counted by that run
     if lp.patcher is not None:
         finished = datetime.fromtimestamp(path.stat().st_mtime, UTC)
         lp.patcher.patch({"evaluation": build_evaluation_status(summary, finished)})

@@ -38,7 +38,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
     )
 
     def build(demo: Trajectory) -> list:
-        return demo_samples(saver.policy, demo, spec.algorithm, spec.rollout)
+        return demo_samples(lp.policy, demo, spec.algorithm, spec.rollout)
 
     def on_epoch(epoch: int, loss: float) -> None:
         log.info("warm-up epoch %d/%d: loss %.4f", epoch, cfg.epochs, loss)
@@ -49,7 +49,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
 
     t0 = time.monotonic()
     fit = await asyncio.to_thread(
-        fit_demonstrations, saver.learner, demos, build, cfg, spec.seed, on_epoch, should_stop
+        fit_demonstrations, lp.learner, demos, build, cfg, spec.seed, on_epoch, should_stop
     )
     if fit.stopped:
         say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
