@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, WithJsonSchema
 
 from kubecua_api.common import ApiModel, Condition, Image, Quantity, conditions, defaulted
+from kubecua_api.liveview import LiveView
 
 # An external sandbox: http://host[:port][/], the port 1-65535.
 ENDPOINT_PATTERN = (
@@ -282,6 +283,11 @@ class SandboxPoolSpec(ApiModel):
     )
     desktop: Desktop = defaulted(Desktop, "The desktop each sandbox runs.")
     reset: Reset = defaulted(Reset, "How a sandbox returns to a clean state between episodes.")
+    live_view: LiveView = defaulted(
+        LiveView,
+        "A read-only view of each sandbox's desktop in the browser (noVNC), for `kubectl"
+        " port-forward`; off by default.",
+    )
     egress: list[EgressRule] | None = Field(
         default=None,
         max_length=32,

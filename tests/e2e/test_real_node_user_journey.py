@@ -14,7 +14,10 @@ kubelet and kube-proxy built from the pinned k8s.io/kubernetes; kubecua_testkit.
   patches the run's status; suspended after step 1, the pod gets SIGTERM and checkpoints the
   step it is at; resumed, a new pod trains the rest from that checkpoint; a held-out task is
   evaluated before step 1 and after the last step, and the last evaluation reaches
-  status.evaluation;
+  status.evaluation; its status.cost's sandbox-seconds agree with the episode servers' own
+  lease histograms (docs/cost.md);
+- the pool's live view (docs/live-view.md): `kubectl port-forward` to a sandbox serves noVNC,
+  whose WebSocket opens for the pool's token only, and no pod reaches that port;
 - Debian's Prometheus scrapes the operator, the sandboxes and the trainer pods chosen by the
   chart's ServiceMonitor and PodMonitor, and every query of the training dashboard returns the
   run's series.
@@ -38,6 +41,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -246,6 +250,7 @@ def pool(cluster: Cluster, release) -> Iterator[str]:
         "metadata": {"name": POOL, "namespace": ns},
         "spec": {
             "replicas": SANDBOXES, "backend": "pod", "warmSpares": 0,
+            "liveView": {"enabled": True},  # read-only; reached by port-forward alone
             "desktop": {"os": "Ubuntu", "screen": {"width": 1280, "height": 720},
                         "pod": {"image": "localhost/kubecua/sandbox:dev",
                                 "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
@@ -370,10 +375,46 @@ def test_pool_network_policy_admits_its_clients_and_refuses_other_pods(cluster, 
         assert connect(cluster, pool, "stranger", operator, 8081) == "open"
         refused = connect(cluster, pool, "stranger", sandbox, 8000)
         assert refused.startswith("blocked:"), refused
+        # The live view's port is closed even to the pool's clients: port-forward only.
+        view = connect(cluster, pool, "client", sandbox, LIVE_VIEW_PORT)
+        assert view.startswith("blocked:"), view
         egress = connect(cluster, pool, sandbox_pod.metadata.name, operator, 8081)
         assert egress.startswith("blocked:"), egress
     finally:
         cluster.kubectl("delete", "pod", "-n", pool, *probes, "--grace-period=0", check=False)
+
+
+LIVE_VIEW_PORT = 6080
+
+
+def websocket_status(port: int, token: str) -> str:
+    """The status line a WebSocket upgrade to the live view gets (\"\" when it is closed)."""
+    request = (f"GET /websockify?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")  # fmt: skip
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        return s.makefile("rb").readline().decode().strip()
+
+
+def test_live_view_is_reached_by_port_forward_behind_the_pools_token(cluster, pool):
+    """spec.liveView on the real node: `kubectl port-forward` to a sandbox's port 6080 serves
+    noVNC, and its WebSocket opens for the pool's token only (docs/live-view.md)."""
+    core = client.CoreV1Api(cluster.api_client())
+    pod = next(p for p in core.list_namespaced_pod(pool, label_selector=f"kubecua.dev/pool={POOL}")
+               .items if pod_ready(p))  # fmt: skip
+    port = free_port()
+    argv = [str(binary("kubectl")), "--kubeconfig", str(cluster.kubeconfig), "port-forward",
+            "-n", pool, f"pod/{pod.metadata.name}", f"{port}:{LIVE_VIEW_PORT}"]  # fmt: skip
+    forward = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/vnc.html"), 60, "noVNC")
+        assert websocket_status(port, sandbox_token(cluster, pool)) == (
+            "HTTP/1.1 101 Switching Protocols")  # fmt: skip
+        assert websocket_status(port, "not-the-token") == ""
+    finally:
+        forward.terminate()
+        forward.wait(10)
 
 
 # ---- the TrainingRun: a trainer pod on the real node, suspended and resumed ---------------------
@@ -618,7 +659,8 @@ def test_recorded_sandbox_seconds_agree_with_the_leases_the_episode_servers_repo
     cost, servers = training["final"]["cost"], training["leases"]
     assert cost["trajectories"] == STEPS * 2  # groupSize 2, 1 task a step; none played twice
     assert servers["leases"] >= cost["trajectories"] + 2  # and the 2 evaluation episodes
-    slack = 0.05 * servers["leases"]  # 50 ms of round trips a lease at most
+    # Round trips and the trainer's busy event loop (a CPU learner beside it): 100 ms a lease.
+    slack = 1.0 + 0.1 * servers["leases"]
     assert servers["seconds"] <= cost["sandboxSeconds"] <= servers["seconds"] + slack, (
         cost, servers)  # fmt: skip
     assert cost["gpuSeconds"] == 0.0  # a CPU run holds no GPU

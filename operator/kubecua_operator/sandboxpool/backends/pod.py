@@ -11,6 +11,7 @@ Failed pod that the pool replaces with a fresh one (with backoff) rather than a 
 
 from __future__ import annotations
 
+from kubecua_api.liveview import LIVE_VIEW_PORT
 from kubecua_api.sandboxpool import PodDesktop
 from kubecua_operator import names
 from kubecua_operator.sandboxpool.backends.base import Backend, Obj, dump
@@ -73,10 +74,14 @@ def build_container(pool: Pool, settings: Settings) -> Obj:
         {"name": "KUBECUA_RESET_VERIFY", "value": str(pool.spec.reset.verify).lower()},
     ]
     episodes = names.PORTS["episodes"]
+    ports = [{"name": n, "containerPort": p} for n, p in names.PORTS.items()]
+    if pool.spec.live_view.enabled:  # kubectl port-forward only: no Service, no policy opens it
+        env.append({"name": "KUBECUA_LIVE_VIEW", "value": pool.spec.live_view.mode})
+        ports.append({"name": "live-view", "containerPort": LIVE_VIEW_PORT})
     return {
         "name": "sandbox",
         "image": pod_cfg.image or settings.sandbox_image,
-        "ports": [{"name": n, "containerPort": p} for n, p in names.PORTS.items()],
+        "ports": ports,
         "env": env,
         # Timeouts above the 1 s default: a desktop busy with an episode answers late, and a
         # missed probe must not flap the pod out of its Service. The startup probe gives the
