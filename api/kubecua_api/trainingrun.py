@@ -38,6 +38,7 @@ from kubecua_api.curriculum import CurriculumConfig, CurriculumStatus
 from kubecua_api.liveview import LiveViewStatus
 from kubecua_api.lora import LoraConfig
 from kubecua_api.reward import RewardConfig
+from kubecua_api.warmup import WarmupStopConfig
 
 HTTP_URL = r"^https?://"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -466,7 +467,12 @@ class WarmupConfig(ApiModel):
         " writes for its own episodes (docs/trajectories.md); on the model or checkpoint volume"
         " in a cluster.",
     )
-    epochs: int = Field(default=1, ge=1, le=1000, description="Passes over the demonstrations.")
+    epochs: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Passes over the demonstrations (with stopWhen: the most it runs).",
+    )
     batch_size: int = Field(default=8, ge=1, description="Demonstrations per optimizer step.")
     learning_rate: float = Field(
         default=1e-5, gt=0, description="AdamW learning rate of the warm-up."
@@ -474,6 +480,11 @@ class WarmupConfig(ApiModel):
     successes_only: bool = Field(
         default=True,
         description="Use only demonstrations whose outcome is success (reward 1).",
+    )
+    stop_when: WarmupStopConfig | None = Field(
+        default=None,
+        description="End the warm-up by measurement on training tasks (greedy pass@1 in a"
+        " window, pass@k above a floor), never on held-out ones; absent: run every epoch.",
     )
 
 

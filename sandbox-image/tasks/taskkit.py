@@ -45,6 +45,8 @@ def gui(code: str) -> dict:
 DONE = {"action": "DONE", "action_space": "pyautogui"}
 FAIL = {"action": "FAIL", "action_space": "pyautogui"}
 TASKS: list[dict] = []
+# Other files a table writes beside its tasks (a family's family.json), by path under tasks/.
+FILES: dict[str, str] = {}
 
 
 def task(
@@ -57,8 +59,11 @@ def task(
     wrong: list,
     apps: list[str] | None = None,
     folder: str | None = None,
+    partial: dict | None = None,
 ) -> None:
-    """Register a task; its files go to <folder or area>/<tid>.json (a family's split folders)."""
+    """Register a task; its files go to <folder or area>/<tid>.json (a family's split folders).
+    `partial`: a desktop-env metric with a value in 0..1 (getter, func, expected, as in
+    `evaluator`) that scores partial progress, for shaped rewards; success stays the evaluator's."""
     TASKS.append(
         {
             "area": area,
@@ -70,6 +75,7 @@ def task(
             "reference": [*ref, DONE],
             "wrong": [*wrong, DONE],
             "folder": folder or area,
+            "partial": partial,
         }
     )
 
@@ -124,13 +130,14 @@ def task_files() -> dict[str, str]:
             "trajectory": "trajectories/",
             "related_apps": t["related_apps"],
             "evaluator": t["evaluator"],
+            **({"partial": t["partial"]} if t["partial"] else {}),
             "proxy": False,
             "difficulty": max(1, len(t["reference"]) - 1),
         }
         files[f"{t['folder']}/{t['id']}.json"] = json.dumps(body, indent=2) + "\n"
         sols = {"reference": t["reference"], "wrong": t["wrong"]}
         files[f"{t['folder']}/{t['id']}.solutions.json"] = json.dumps(sols, indent=2) + "\n"
-    return files
+    return {**files, **FILES}
 
 
 def write_all() -> None:

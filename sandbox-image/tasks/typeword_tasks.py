@@ -23,7 +23,9 @@ docs/benchmarks.md). Leaves out: anything that needs the screenshot (the words a
 
 from __future__ import annotations
 
-from taskkit import H, gui, launch, task, wait_window
+import json
+
+from taskkit import FILES, H, gui, launch, task, wait_window
 
 # Plain lowercase words; the benchmark's tokenizer makes each one token (tiny_models.py).
 COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white"]
@@ -76,3 +78,17 @@ for _c, _colour in enumerate(COLOURS):
     for _t, _thing in enumerate(THINGS):
         _split = "heldout" if (_t - _c) % 10 in HELDOUT_OFFSETS else "train"
         typeword(_split, f"{_colour} {_thing}", f"{_colour} {THINGS[(_t + 1) % 10]}")
+FILES["typeword/family.json"] = (
+    json.dumps(
+        {
+            "name": "typeword",
+            "generator": "sandbox-image/tasks/typeword_tasks.py",
+            "splits": {"train": 70, "heldout": 30},
+            "warmup": [f"typeword-{COLOURS[c]}-{THINGS[t]}" for c, t in WARMUP_PAIRS],
+            # 28x28, one image token: the words are in the instruction; one action types them.
+            "rollout": {"maxPixels": 784, "maxTurns": 1},
+        },
+        indent=2,
+    )
+    + "\n"
+)

@@ -27,7 +27,7 @@ import yaml  # type: ignore[import-untyped]
 from PIL import Image
 
 from bench.learning import run as bench
-from bench.learning.family import FAMILY, load_split
+from bench.learning.family import TASKS, load
 from bench.learning.offline import Offline
 from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.config import AlgorithmConfig
@@ -35,8 +35,12 @@ from kubecua_trainer.sources.local import launcher_path
 from kubecua_trainer.trajectories import read_trajectories
 
 CACHE = Path(os.environ.get("KUBECUA_CACHE", Path.home() / ".cache" / "kubecua"))
+TYPEWORD = load(TASKS / "typeword")
 TARGET, OTHER = "typeword-red-apple", "typeword-red-banana"
-ROLLOUT = {k: v for k, v in bench.RECIPE["rollout"].items() if k != "systemPrompt"}
+ROLLOUT = {
+    **{k: v for k, v in bench.RECIPE["rollout"].items() if k != "systemPrompt"},
+    "maxPixels": TYPEWORD.max_pixels,
+}
 MIN_RISE = 0.05  # absolute, in probability; the measured rise is in docs/benchmarks.md
 
 pytestmark = pytest.mark.skipif(
@@ -63,7 +67,7 @@ def manifest(model: Path, demos: Path, out: Path) -> dict:
         "spec": {
             "model": {"path": str(model), "dtype": "float32"},
             "sandboxes": {"local": {"replicas": 2}, "minReady": 2},
-            "tasks": {"path": str(FAMILY / "train"), "ids": [TARGET]},
+            "tasks": {"path": str(TYPEWORD.folder / "train"), "ids": [TARGET]},
             "warmup": {
                 "demonstrations": str(demos),
                 "epochs": 60,
@@ -94,9 +98,9 @@ def manifest(model: Path, demos: Path, out: Path) -> dict:
 def reply_probability(checkpoint: Path, screenshot: Image.Image) -> float:
     """P(reference reply | TARGET's prompt) under a checkpoint, exactly (teacher forcing)."""
     algo = AlgorithmConfig.model_validate({"maxTurns": 1, "maxNewTokens": 16})
-    off = Offline(str(checkpoint), screenshot, algo, ROLLOUT["maxPixels"], system=None)
-    task = next(t for t in load_split("train") if t["id"] == TARGET)
-    sample = off.demo_sample(task)
+    off = Offline(str(checkpoint), TYPEWORD, algo, screenshot, system=None)
+    task = next(t for t in TYPEWORD.split("train") if t["id"] == TARGET)
+    sample = off.demo_samples(task, done=False)[0]
     from kubecua_trainer.warmup.sft import reply_logprob
 
     try:
@@ -106,7 +110,7 @@ def reply_probability(checkpoint: Path, screenshot: Image.Image) -> float:
 
 
 def test_grpo_raises_the_probability_of_the_successful_reply(tmp_path: Path) -> None:
-    asyncio.run(bench.prepare(CACHE))
+    asyncio.run(bench.prepare(CACHE, TYPEWORD))
     demos = two_demonstrations(
         CACHE / "demonstrations/typeword/demonstrations.jsonl", tmp_path / "d"
     )

@@ -1,32 +1,90 @@
-"""The learning benchmark's pure parts: the family as the trainer reads it, the reward read from a
-reply, the goal's verdict, and the demo's closing lines (no desktops, no model)."""
+"""The learning benchmark's pure parts: the families as the benchmark reads them (splits,
+disjointness, warm-up instances), the reward read from replies, the paired test, the goal's
+verdict, and the demo's closing lines (no desktops, no model)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.learning import family
+from bench.learning import family, paired
 from bench.learning.run import verdict
 from bench.learning.summary import summary
 
+TYPEWORD = family.load(family.TASKS / "typeword")
+COLOURKEYS = family.load(family.TASKS / "colourkeys")
 
-def test_family_splits_and_warmup_instances() -> None:
-    train, heldout = family.load_split("train"), family.load_split("heldout")
+
+def test_typeword_splits_and_warmup_instances() -> None:
+    train, heldout = TYPEWORD.split("train"), TYPEWORD.split("heldout")
     assert (len(train), len(heldout)) == (70, 30)
     assert not {t["id"] for t in train} & {t["id"] for t in heldout}
-    warm = family.warmup_tasks()
+    warm = TYPEWORD.warmup_tasks()
     assert len(warm) == 16
     assert {t["id"] for t in warm} <= {t["id"] for t in train}
+    assert (TYPEWORD.max_pixels, TYPEWORD.max_turns) == (784, 1)
+
+
+def test_colourkeys_heldout_sequences_are_new_compositions_of_demonstrated_keys() -> None:
+    train, heldout = COLOURKEYS.split("train"), COLOURKEYS.split("heldout")
+    seqs = {split: [family.expected_text(t) for t in tasks]
+            for split, tasks in (("train", train), ("heldout", heldout))}  # fmt: skip
+    demos = [family.expected_text(t) for t in COLOURKEYS.warmup_tasks()]
+    assert (len(train), len(heldout)) == (65, 60)
+    # No held-out sequence is a training instance or a demonstration.
+    assert not set(seqs["heldout"]) & set(seqs["train"])
+    assert set(demos) <= set(seqs["train"])
+    # Every key a held-out instance needs is demonstrated: a closed vocabulary.
+    assert set("".join(seqs["heldout"])) <= set("".join(demos))
+    # The answer is on the screen only: every instance has the same instruction.
+    assert len({t["instruction"] for t in train + heldout}) == 1
+    # Several actions an episode, and partial credit declared beside the evaluator.
+    assert COLOURKEYS.max_turns == 3
+    assert all(t["partial"]["func"] == "fuzzy_match" for t in heldout)
+
+
+def test_colourkeys_screen_puts_each_square_on_one_image_token() -> None:
+    task = next(t for t in COLOURKEYS.split("heldout") if t["id"] == "colourkeys-rgb")
+    screen = COLOURKEYS.screen(task)
+    assert screen is not None
+    assert screen.size == (1920, 1080)
+    # maxPixels fits the screen to 3 x 2 cells of 28 pixels: one image token a cell.
+    fitted = screen.resize((84, 56))
+    assert COLOURKEYS.max_pixels >= 84 * 56
+    colours = {s["key"]: s["colour"] for s in COLOURKEYS.meta["symbols"]}
+    for i, key in enumerate("rgb"):
+        want = tuple(int(colours[key][j : j + 2], 16) for j in (1, 3, 5))
+        assert fitted.getpixel((14 + 28 * i, 14)) == want
+    after_one = COLOURKEYS.screen(task, typed=1)  # the red square pressed: green moves left
+    assert after_one is not None
+    assert after_one.resize((84, 56)).getpixel((14, 14)) == (0x20, 0xB0, 0x40)
 
 
 def test_offline_reward_is_one_only_for_typing_exactly_the_words() -> None:
-    task = next(t for t in family.load_split("heldout") if t["id"] == "typeword-black-banana")
-    assert family.offline_reward(task, family.reference_reply(task)) == 1.0
-    assert family.offline_reward(task, "```python\npyautogui.write('black')\n```") == 0.0
-    assert family.offline_reward(task, "```python\npyautogui.write('black bananas')\n```") == 0.0
-    assert family.offline_reward(task, "DONE") == 0.0
-    assert family.offline_reward(task, "write('black banana')") == 0.0  # not an action
+    task = next(t for t in TYPEWORD.split("heldout") if t["id"] == "typeword-black-banana")
+    assert family.offline_reward(task, family.reference_replies(task)) == 1.0
+    assert family.offline_reward(task, ["```python\npyautogui.write('black')\n```"]) == 0.0
+    wrong = "```python\npyautogui.write('black bananas')\n```"
+    assert family.offline_reward(task, [wrong]) == 0.0
+    assert family.offline_reward(task, ["DONE"]) == 0.0
+    assert family.offline_reward(task, ["write('black banana')"]) == 0.0  # not an action
+
+
+def test_offline_reward_reads_one_key_a_reply() -> None:
+    task = next(t for t in COLOURKEYS.split("heldout") if t["id"] == "colourkeys-rgb")
+    replies = family.reference_replies(task)
+    assert len(replies) == 3
+    assert family.offline_reward(task, replies) == 1.0
+    assert family.offline_reward(task, replies[:2]) == 0.0
+    assert family.offline_reward(task, replies[:2], fuzzy=True) == 0.8  # 2*2/(2+3)
+
+
+def test_pooled_mcnemar_counts_discordant_pairs_over_seeds() -> None:
+    before = {"a": False, "b": False, "c": True, "d": False}
+    after = {"a": True, "b": True, "c": False, "d": False, "e": True}  # e: no pair
+    got = paired.compare([(before, after), (before, after)])
+    assert (got["pairs"], got["fail_to_success"], got["success_to_fail"]) == (8, 4, 2)
+    assert got["p"] == 0.6875  # 2 * (1 + 6 + 15) / 64
 
 
 def _run(start: float, end: float, n: int = 30) -> dict:

@@ -216,3 +216,33 @@ async def test_a_stop_during_warm_up_saves_nothing_and_ends_the_run(
     assert result.history == []
     assert not list((tmp_path / "out/checkpoints").glob("step-*"))
     assert not (tmp_path / "out/warmup.json").exists()
+
+
+async def test_stop_when_measures_training_tasks_and_ends_the_warm_up_when_the_rule_holds(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy
+) -> None:
+    """spec.warmup.stopWhen: every everyEpochs epochs, greedy and k sampled episodes of each
+    measured training task (never the held-out one); a rule that holds at once (both floors 0)
+    stops after the first check, one that never holds (floors 1) runs every epoch."""
+    demos = await write_demos(policy, tmp_path / "demos.jsonl")
+    with LoopbackSandbox() as sandbox:
+        source = StaticSource([sandbox.url], TOKEN)
+        summaries = {}
+        for name, floor in (("holds", 0.0), ("never", 1.0)):
+            rule = {"everyEpochs": 3, "tasks": 2, "k": 2, "greedyPassMin": floor,
+                    "greedyPassMax": 1.0, "passAtKMin": floor}  # fmt: skip
+            warmup = {"demonstrations": str(demos), **WARMUP, "stopWhen": rule}
+            run = warm_run(tmp_path / name, tiny_model_dir, sandbox.url, demos, warmup=warmup)
+            await train(run, RunOptions(console=False, source=source))
+            summaries[name] = json.loads((tmp_path / name / "out/warmup.json").read_text())
+    holds, never = summaries["holds"], summaries["never"]
+    assert (holds["epochs"], holds["stopped_by"]) == (3, "stop")
+    assert len(holds["checks"]) == 1
+    assert holds["optimizer_steps"] == 3  # 2 demonstrations, batches of 2, 3 epochs
+    check = holds["checks"][0]
+    # 2 tasks x (1 greedy + 2 sampled) episodes, every one scored on the loopback sandbox.
+    assert (check["epochs"], check["scored"], check["excluded"]) == (3, 6, 0)
+    assert never["epochs"] == WARMUP["epochs"]
+    assert [c["epochs"] for c in never["checks"]] == [3, 6, 8]  # the last chunk is shorter
+    assert never["stopped_by"] == "epochs (the rule never held)"
+    assert all(c["verdict"] == "go on" for c in never["checks"])

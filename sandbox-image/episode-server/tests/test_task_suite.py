@@ -18,7 +18,11 @@ from conftest import LocalSandbox
 from kubecua_sandbox_client import ObservationOptions, SandboxClient, SettleOptions
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
-TASKS = sorted(p for p in TASKS_DIR.glob("*/*.json") if not p.name.endswith(".solutions.json"))
+TASKS = sorted(
+    p
+    for p in TASKS_DIR.glob("*/*.json")
+    if not p.name.endswith(".solutions.json") and p.name != "family.json"  # a family's parameters
+)
 # Small JPEG observations and a short settle cap: the suite checks scores, not pixels.
 OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
 SETTLE = SettleOptions(min_seconds=0.0, max_seconds=0.0, stable_frames=1)  # no GUI: one frame
@@ -133,3 +137,17 @@ def test_typeword_splits_are_disjoint_and_each_word_is_held_out_in_its_slot() ->
     words = [_load(TYPEWORD / "heldout" / f"{i}.json")[0]["evaluator"] for i in sorted(heldout)]
     colours = {w["expected"]["rules"]["expected"].split()[0] for w in words}
     assert len(colours) == 10  # every colour has held-out pairs, and training pairs too
+
+
+# The colourkeys family (tasks/colourkeys/<split>/: one full-screen window of coloured squares, one
+# key pressed a square): a few instances of each split stand for it, partial credit included.
+COLOURKEYS = TASKS_DIR / "colourkeys"
+COLOURKEYS_SAMPLE = [
+    COLOURKEYS / "train/colourkeys-rby.json",
+    COLOURKEYS / "heldout/colourkeys-rgb.json",
+]
+
+
+@pytest.mark.gui
+def test_colourkeys_instances_are_graded(sandbox: LocalSandbox) -> None:
+    _assert_graded(_run_suite(sandbox, COLOURKEYS_SAMPLE))

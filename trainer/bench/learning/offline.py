@@ -1,21 +1,29 @@
 """Offline calibration of the learning benchmark: the trainer's own pieces without desktops.
 
-What it does: for each seed, warms the benchmark model up on the first train instances'
-reference replies (Learner.supervised_step, as spec.warmup does), then runs GRPO steps on the
-train instances (HFEngine sampling, tokens.Conversation samples, batch.assemble_batch,
-Learner.step), and measures greedy success on the held-out instances at the start and the end,
-with an LR-0 control. The reward is read from the reply (family.offline_reward: would the
-action type exactly the word?) and every prompt shows one fixed real desktop screenshot, so a
-run takes minutes, which is what choosing the model size, learning rate and steps needs.
+What it does: for each seed, warms the benchmark model up on the family's demonstration
+instances (their reference replies, Learner.supervised_step as spec.warmup does) in chunks of
+--check-every epochs, measuring after each chunk greedy pass@1 and pass@k at temperature 1 on
+training instances (the stopping rule of spec.warmup.stopWhen) until the rule holds; then from
+the same warmed weights runs the benchmark's arms: GRPO steps on the training instances
+(HFEngine sampling, tokens.Conversation samples, batch.assemble_batch, Learner.step), and
+continued supervised training on the same demonstrations for the same wall time; and measures
+greedy held-out success untrained, at the start and after each arm. Episodes are played against
+drawn screens (family.Family.screen: what the instance's window draws) or, for a family without
+them, one fixed screenshot; the reward is read from the replies (family.offline_reward: would
+these actions type exactly the expected text? with --partial-weight, plus that weight times the
+fuzzy_match ratio, as spec.reward's partial term). A run takes minutes, which is what choosing
+the model size, learning rates and steps needs.
 What it leaves out: the desktops (`make bench-learning` runs the real pipeline).
-How to run (from trainer/): nice -n 10 .venv/bin/python -m bench.learning.offline
-MODEL_DIR SCREENSHOT.png [--seeds 0 1 2] [--steps 12] [--lr 3e-3] [--json out.json]
+How to run (from trainer/): nice -n 10 .venv/bin/python -m bench.learning.offline MODEL_DIR
+[--family ../sandbox-image/tasks/colourkeys] [--screenshot SHOT.png] [--seeds 0 1 2]
+[--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import random
 import time
@@ -26,86 +34,146 @@ from PIL import Image
 
 from bench.learning.family import (
     BENCH_PROMPT,
-    load_split,
+    Family,
+    expected_text,
+    load,
     offline_reward,
-    reference_reply,
-    warmup_tasks,
+    reference_replies,
+    typed_text,
 )
 from kubecua_trainer.batch import assemble_batch
-from kubecua_trainer.config import AlgorithmConfig, WarmupConfig
+from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.rollout.agent import first_user_text, system_prompt
+from kubecua_trainer.rollout.agent import (
+    ParseError,
+    first_user_text,
+    next_user_text,
+    parse_action,
+    system_prompt,
+)
+from kubecua_trainer.rollout.context import CONTEXTS, EpisodeContext
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
-from kubecua_trainer.tokens import Conversation, Sample, fit_image
+from kubecua_trainer.tokens import Sample, fit_image
 from kubecua_trainer.warmup.sft import warmup_optimizer
 
 
 class Offline:
-    """One policy, its engine and learner, and the fixed screenshot every prompt shows."""
+    """One policy, its engine and learner, and the family whose screens the prompts show."""
 
     def __init__(
         self,
         model: str,
-        screenshot: Image.Image,
+        fam: Family,
         algo: AlgorithmConfig,
-        pixels: int,
+        screenshot: Image.Image | None = None,
         system: str | None = BENCH_PROMPT,
+        pixels: int | None = None,
+        device: str = "cpu",
     ):
-        self.policy: Policy = load_policy(model, dtype="float32", device="cpu")
+        self.policy: Policy = load_policy(model, dtype="float32", device=device)
         self.engine = HFEngine(self.policy)
         self.learner = Learner(self.policy, algo)
-        self.algo, self.pixels = algo, pixels
-        self.fuzzy = False
-        self.eval_temperature, self.eval_episodes = 0.0, 1
+        self.fam, self.algo = fam, algo
+        self.pixels = pixels or fam.max_pixels
         self.system = system  # None: the agent's whole prompt
-        self.image = fit_image(screenshot, self.policy, pixels)
+        self.fixed = fit_image(screenshot, self.policy, self.pixels) if screenshot else None
+        self.partial_weight = 0.0
+        self.keep_screenshots = 1
+        self.blank = False
+        self._screens: dict[str, Image.Image] = {}
 
-    def conversation(self, task: dict[str, Any]) -> Conversation:
-        conv = Conversation(self.policy, system_prompt(*self.image.size, self.system), self.pixels)
-        conv.add_user(first_user_text(task["instruction"]), self.image)
-        return conv
+    def image(self, task: dict[str, Any], typed: int = 0) -> Image.Image:
+        if self.blank:  # the ablation: the screen with every square gone, whatever the task
+            typed = len(expected_text(task))
+        key = f"{task['id']}/{typed}"
+        if key not in self._screens:
+            drawn = self.fam.screen(task, typed)
+            if drawn is None and self.fixed is None:
+                raise ValueError(f"{self.fam.name} draws no screens: pass --screenshot")
+            fitted = None if drawn is None else fit_image(drawn, self.policy, self.pixels)
+            self._screens[key] = fitted or self.fixed  # type: ignore[assignment]
+        return self._screens[key]
 
-    def demo_sample(self, task: dict[str, Any]) -> Sample:
-        """The reference reply as a trained sample, as the warm-up builds a demonstration."""
-        conv = self.conversation(task)
-        ids = self.policy.tokenizer(reference_reply(task), add_special_tokens=False)["input_ids"]
-        ids = [*ids, self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-        conv.add_generation(Generation(list(ids), [0.0] * len(ids), "stop"))
-        return conv.to_sample()
+    def context(self, task: dict[str, Any]) -> EpisodeContext:
+        """The rollout's own context for algorithm.mode (trajectory or perTurn)."""
+        img = self.image(task)  # every screen of a family has the same size
+        return CONTEXTS[self.algo.mode](
+            self.policy,
+            system_prompt(*img.size, self.system),
+            self.pixels,
+            keep_screenshots=self.keep_screenshots,
+            turn_discount=self.algo.turn_discount,
+        )
 
-    async def play(self, task: dict[str, Any], temperature: float) -> tuple[float, Sample, str]:
-        conv = self.conversation(task)
-        ids, images = conv.prompt()
+    def demo_samples(self, task: dict[str, Any], done: bool = True) -> list[Sample]:
+        """The reference replies (and DONE, as the recorder plays it, unless `done` is False)
+        as trained samples, as the warm-up builds a demonstration, each turn with the screen
+        the window shows then."""
+        ctx, typed = self.context(task), 0
+        im_end = self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        for t, reply in enumerate([*reference_replies(task), *(["DONE"] if done else [])]):
+            text = first_user_text(task["instruction"]) if t == 0 else next_user_text(t + 1)
+            ctx.add_user(text, self.image(task, typed))
+            ctx.prompt()
+            typed += len(typed_text(reply) or "")
+            ids = self.policy.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            ids = [*ids, im_end]
+            ctx.add_generation(Generation(list(ids), [0.0] * len(ids), "stop"), reply)
+        return ctx.samples(1.0)
+
+    async def play(
+        self, task: dict[str, Any], temperature: float
+    ) -> tuple[float, float, list[Sample]]:
+        """(exact reward, shaped reward, samples) of one episode of maxTurns turns."""
+        ctx, typed = self.context(task), 0
         stop = int(self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>"))
         sampling = SamplingParams(temperature, 1.0, self.algo.max_new_tokens, (stop,))
-        gen = await self.engine.generate(ids, images, sampling)
-        reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        conv.add_generation(gen)
-        reward = offline_reward(task, reply, self.fuzzy)
-        sample = conv.to_sample()
-        sample.reward = reward
-        return reward, sample, reply
+        replies: list[str] = []
+        user: tuple[str, Image.Image | None] = (
+            first_user_text(task["instruction"]),
+            self.image(task),
+        )
+        for t in range(self.algo.max_turns):
+            ctx.add_user(*user)
+            ids, images = ctx.prompt()
+            gen = await self.engine.generate(ids, images, sampling)
+            reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            ctx.add_generation(gen, reply)
+            replies.append(reply)
+            try:
+                action = parse_action(reply)
+            except ParseError as err:
+                user = (err.feedback, None)
+                continue
+            if action.kind in ("DONE", "FAIL"):
+                break
+            typed += len(typed_text(reply) or "")
+            user = (next_user_text(t + 2), self.image(task, typed))
+        exact = offline_reward(task, replies)
+        shaped = exact
+        if self.partial_weight:
+            shaped += self.partial_weight * offline_reward(task, replies, fuzzy=True)
+        return exact, shaped, ctx.samples(shaped)
 
-    async def success(self, tasks: list[dict[str, Any]]) -> float:
-        """Success rate over the tasks at the evaluation temperature (greedy: one episode each,
-        it is deterministic; sampled: `eval_episodes` each)."""
-        n = 1 if self.eval_temperature == 0.0 else self.eval_episodes
-        plays = [self.play(t, self.eval_temperature) for t in tasks for _ in range(n)]
-        results = await asyncio.gather(*plays)
-        return sum(r >= 1.0 for r, _, _ in results) / len(results)
+    async def success(
+        self, tasks: list[dict[str, Any]], temperature: float = 0.0, n: int = 1
+    ) -> list[list[float]]:
+        """Each task's exact rewards over n episodes at `temperature`."""
+        results = await asyncio.gather(
+            *(self.play(t, temperature) for t in tasks for _ in range(n))
+        )
+        return [[r[0] for r in results[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
-    def warm_up(self, tasks: list[dict[str, Any]], cfg: WarmupConfig, seed: int) -> None:
-        optimizer = warmup_optimizer(self.learner, cfg.learning_rate)
-        samples = [self.demo_sample(t) for t in tasks]
-        rng = random.Random(seed)
-        for _ in range(cfg.epochs):
-            rng.shuffle(samples)
-            for i in range(0, len(samples), cfg.batch_size):
-                self.learner.supervised_step(samples[i : i + cfg.batch_size], optimizer)
+    async def stop_rule(self, tasks: list[dict[str, Any]], k: int) -> tuple[float, float]:
+        """(greedy pass@1, pass@k at temperature 1) over the tasks."""
+        greedy = await self.success(tasks)
+        sampled = await self.success(tasks, 1.0, k)
+        return (sum(g[0] for g in greedy) / len(tasks),
+                sum(max(s) for s in sampled) / len(tasks))  # fmt: skip
 
     async def grpo_step(self, tasks: list[dict[str, Any]], step: int) -> float:
         """One GRPO step on the tasks (groupSize episodes each); returns its success rate."""
@@ -115,99 +183,137 @@ class Offline:
                 *(self.play(t, self.algo.temperature) for _ in range(self.algo.group_size))
             )
             group = Group(t["id"], f"s{step}-{t['id']}")
-            for e, (reward, sample, _) in enumerate(played):
+            for e, (_, shaped, samples) in enumerate(played):
                 result = EpisodeResult(t["id"], group.group_id, f"{group.group_id}-e{e}")
-                result.score(reward)
-                sample.task_id, sample.group_id = t["id"], group.group_id
-                result.samples = [sample]
+                result.score(shaped)
+                for sample in samples:
+                    sample.task_id, sample.group_id = t["id"], group.group_id
+                result.samples = samples
                 group.episodes.append(result)
             groups.append(group)
         batch = assemble_batch(groups, self.algo, None)
-        stats = batch.stats()
-        print(
-            f"    mean reward {stats['reward_mean']:.3f}, samples {stats['samples']:.0f}",
-            flush=True,
-        )
         if batch.samples:
             self.learner.step(batch.samples)
-        return stats["success_rate"]
+        exact = [r for g in groups for r in (e.reward for e in g.episodes)]
+        return sum(1 for r in exact if r is not None and r >= 1.0) / max(1, len(exact))
 
 
-async def one_seed(args: argparse.Namespace, seed: int, lr: float) -> dict[str, Any]:
+class Warmup:
+    """spec.warmup's fit, resumable chunk by chunk (the optimizer and shuffle carry over)."""
+
+    def __init__(self, off: Offline, tasks: list[dict[str, Any]], lr: float, batch: int, seed: int):
+        self.off, self.batch = off, batch
+        self.optimizer = warmup_optimizer(off.learner, lr)
+        self.demos = [off.demo_samples(t) for t in tasks]  # a batch is batchSize demos
+        self.rng = random.Random(seed)
+        self.epochs = 0
+
+    def run(self, epochs: int) -> None:
+        for _ in range(epochs):
+            self.rng.shuffle(self.demos)
+            for i in range(0, len(self.demos), self.batch):
+                batch = [s for d in self.demos[i : i + self.batch] for s in d]
+                self.off.learner.supervised_step(batch, self.optimizer)
+            self.epochs += 1
+
+
+def rate(rows: list[list[float]]) -> float:
+    return round(sum(r[0] for r in rows) / len(rows), 4)
+
+
+async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     torch.manual_seed(seed)
-    train, heldout = load_split("train"), load_split("heldout")
+    fam = load(args.family)
+    train, heldout = fam.split("train"), fam.split("heldout")
     algo = AlgorithmConfig.model_validate(
         {
             "groupSize": args.group,
             "tasksPerStep": args.tasks,
-            "maxTurns": 1,
-            "learningRate": lr,
+            "maxTurns": fam.max_turns,
+            "learningRate": args.lr,
             "maxNewTokens": 16,
-            "temperature": args.temperature,
-            "entropyCoef": args.entropy_coef,
+            "temperature": 1.0,
+            "mode": args.mode,
+            "turnDiscount": args.turn_discount,
         }
     )
-    off = Offline(args.model, Image.open(args.screenshot), algo, args.max_pixels)
-    off.fuzzy, off.system = args.fuzzy, args.system or None
-    off.eval_temperature, off.eval_episodes = args.eval_temperature, args.eval_episodes
-    warm = WarmupConfig.model_validate(
-        {
-            "demonstrations": "-",
-            "epochs": args.warmup_epochs,
-            "batchSize": args.warmup_batch,
-            "learningRate": args.warmup_lr,
-        }
-    )
+    shot = Image.open(args.screenshot) if args.screenshot else None
+    off = Offline(args.model, fam, algo, shot, args.system or None, device=args.device)
+    off.partial_weight = args.partial_weight
+    untrained = rate(await off.success(heldout))
+    demos = fam.warmup_tasks()[: args.demos or None]
+    warm = Warmup(off, demos, args.warmup_lr, args.warmup_batch, seed)
+    probe = random.Random(seed).sample(train, min(args.probe, len(train)))
+    checks = []
     t0 = time.monotonic()
-    untrained = await off.success(heldout)
-    off.warm_up(warmup_tasks(), warm, seed)
-    start = await off.success(heldout)
-    print(
-        f"seed {seed} lr {lr:g}: held-out untrained {untrained:.3f}, warmed {start:.3f}", flush=True
-    )
+    while warm.epochs < args.max_epochs:
+        warm.run(args.check_every)
+        p1, pk = await off.stop_rule(probe, args.k)
+        checks.append({"epochs": warm.epochs, "pass1": p1, f"pass{args.k}": pk})
+        print(f"seed {seed}: warm-up {warm.epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
+        if p1 >= args.pass1_min and pk >= args.passk_min:
+            break
+    warm_seconds = time.monotonic() - t0
+    start = rate(await off.success(heldout))
+    warmed = copy.deepcopy(off.policy.model.state_dict())
+    print(f"seed {seed}: held-out untrained {untrained}, warmed {start}", flush=True)
     rng, per_step = random.Random(seed), []
+    t0 = time.monotonic()
     for step in range(args.steps):
         per_step.append(await off.grpo_step(rng.sample(train, args.tasks), step))
         print(f"  step {step + 1}: train success {per_step[-1]:.3f}", flush=True)
-    end = await off.success(heldout)
+    grpo_seconds = time.monotonic() - t0
+    grpo_rows = await off.success(heldout)
+    off.policy.model.load_state_dict(warmed)
+    t0, sft_epochs = time.monotonic(), 0
+    while time.monotonic() - t0 < grpo_seconds:
+        warm.run(1)
+        sft_epochs += 1
+    sft_rows = await off.success(heldout)
     await off.engine.close()
     return {
         "seed": seed,
-        "learning_rate": lr,
         "heldout_untrained": untrained,
+        "warmup_checks": checks,
+        "warmup_seconds": round(warm_seconds, 1),
         "heldout_start": start,
-        "heldout_end": end,
+        "heldout_grpo": rate(grpo_rows),
+        "heldout_sft": rate(sft_rows),
+        "sft_epochs": sft_epochs,
         "train_success_per_step": [round(x, 3) for x in per_step],
-        "seconds": round(time.monotonic() - t0, 1),
+        "grpo_seconds": round(grpo_seconds, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
-    p.add_argument("screenshot")
+    p.add_argument("--family", default=None, help="a family folder (default colourkeys)")
+    p.add_argument("--screenshot", help="the one screen of a family that draws none")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--tasks", type=int, default=8, help="train instances per GRPO step")
     p.add_argument("--group", type=int, default=4)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--partial-weight", type=float, default=0.0)
     p.add_argument("--warmup-lr", type=float, default=3e-3)
-    p.add_argument("--warmup-epochs", type=int, default=10)
     p.add_argument("--warmup-batch", type=int, default=2)
-    p.add_argument("--max-pixels", type=int, default=12544)
+    p.add_argument("--check-every", type=int, default=5, help="warm-up epochs between checks")
+    p.add_argument("--max-epochs", type=int, default=100)
+    p.add_argument("--probe", type=int, default=16, help="training instances the rule measures")
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--pass1-min", type=float, default=0.2)
+    p.add_argument("--passk-min", type=float, default=0.7)
     p.add_argument("--system", default=BENCH_PROMPT, help="system prompt ('': the agent's own)")
-    p.add_argument("--entropy-coef", type=float, default=0.0)
-    p.add_argument("--eval-temperature", type=float, default=0.0)
-    p.add_argument("--eval-episodes", type=int, default=1, help="per task when sampled")
-    p.add_argument("--fuzzy", action="store_true", help="train on desktop-env fuzzy_match rewards")
-    p.add_argument("--control", action="store_true", help="also run seed 0 at learning rate 1e-30")
     p.add_argument("--json", help="write the results here too")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--mode", default="perTurn", choices=["trajectory", "perTurn"])
+    p.add_argument("--turn-discount", type=float, default=1.0)
+    p.add_argument("--demos", type=int, default=0, help="only the first N demonstrations")
+    p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    torch.set_num_threads(2)
-    runs = [asyncio.run(one_seed(args, s, args.lr)) for s in args.seeds]
-    if args.control:
-        runs.append(asyncio.run(one_seed(args, args.seeds[0], 1e-30)))
+    torch.set_num_threads(args.threads)
+    runs = [asyncio.run(one_seed(args, s)) for s in args.seeds]
     for r in runs:
         print(json.dumps(r), flush=True)
     if args.json:

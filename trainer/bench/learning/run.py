@@ -1,5 +1,6 @@
 """`make bench-learning`: does an agent get better on tasks it never trained on? Real pipeline,
-real local desktops, the typeword family (sandbox-image/tasks/typeword_tasks.py).
+real local desktops, on a task family's folder (--family; bench/learning/family.py reads it; the
+default is typeword, sandbox-image/tasks/typeword_tasks.py; colourkeys is the other family).
 
 What it does: builds the benchmark model (tiny_models size "bench", cached by a hash of its
 inputs), starts local desktops once, records the warm-up's demonstrations with the recorder
@@ -10,9 +11,12 @@ instances, evaluation at the end; plus a control with the same seed and evaluati
 learning rate is 1e-30 (the config requires > 0). Prints one JSON document (stdout) and writes
 it with a curves PNG to --out. Goal (issue 19): held-out success rises by >= 20 points in every
 seed while the control stays within one episode.
-What it leaves out: any pretrained knowledge (the model starts random), and tasks that need the
-screenshot (the word is in the instruction); see docs/benchmarks.md for what it shows.
-How to run: make bench-learning [BENCH_ARGS="--smoke"], or from trainer/:
+The family's folder gives the demonstrations' instances, the splits and the rollout's maxPixels
+and maxTurns (family.json); nothing else about a family is written here.
+What it leaves out: any pretrained knowledge (the model starts random); see docs/benchmarks.md
+for what it shows.
+How to run: make bench-learning [BENCH_ARGS="--smoke --family ../sandbox-image/tasks/colourkeys"],
+or from trainer/:
     .venv/bin/python -m bench.learning.run --out ../out/bench-learning
 """
 
@@ -33,8 +37,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from bench.learning import family, plot
-from bench.learning.family import BENCH_PROMPT, FAMILY, WARMUP_IDS, load_split
+from bench.learning import family, paired, plot
+from bench.learning.family import BENCH_PROMPT, TASKS, Family
 from kubecua_trainer import tiny_models
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import LocalSource
@@ -46,27 +50,44 @@ GOAL_RISE = 0.20
 # The calibrated recipe (bench/learning/offline.py chose it; docs/benchmarks.md has the runs).
 RECIPE: dict[str, Any] = {
     "steps": 12,
-    "warmup": {"epochs": 60, "batchSize": 2, "learningRate": 3e-3},
+    # The warm-up ends by measurement on training instances (spec.warmup.stopWhen): greedy
+    # pass@1 in [0.2, 0.5] and pass@8 >= 0.7, measured every 5 epochs; epochs is the most.
+    "warmup": {
+        "epochs": 150,
+        "batchSize": 2,
+        "learningRate": 1e-3,
+        "stopWhen": {
+            "everyEpochs": 10,
+            "tasks": 8,
+            "greedyPassMin": 0.2,
+            "greedyPassMax": 0.5,
+            "k": 8,
+            "passAtKMin": 0.7,
+        },
+    },
     "algorithm": {
         "groupSize": 4,
         "tasksPerStep": 8,
-        "maxTurns": 1,
         "learningRate": 5e-4,
         "maxNewTokens": 16,
         "temperature": 1.0,
     },
-    # 784 pixels: a 28x28 screenshot, one image token. The words are in the instruction; a
-    # larger image only dilutes the attention the copy has to learn (offline.py measured it).
+    # Shaped rewards (spec.reward): the evaluator's score plus half the task's declared partial
+    # credit (colourkeys: desktop-env's fuzzy_match of the keys typed), so a group whose
+    # episodes all fail can still rank them; typeword declares none, so it trains on the score.
+    "reward": {"score": 1.0, "partial": 0.5},
+    # maxPixels and maxTurns come from the family (family.json): typeword's 784 pixels are one
+    # image token (its words are in the instruction), colourkeys' one token a grid cell.
     "rollout": {
         "engine": "hf",
         "systemPrompt": BENCH_PROMPT,
-        "maxPixels": 784,
         "keepScreenshots": 1,
         "episodeTimeoutSeconds": 120,
     },
 }
 SMOKE = {"steps": 1, "seeds": [0], "heldout": 4, "control": False}
 SMOKE_WARMUP_EPOCHS = 10  # the smoke checks that the pipeline runs through, not that it learns
+# (its stopping rule measures 2 training instances, 2 sampled episodes each)
 
 
 def digest(*parts: bytes) -> str:
@@ -76,11 +97,11 @@ def digest(*parts: bytes) -> str:
     return h.hexdigest()[:16]
 
 
-def bench_model(cache: Path) -> Path:
+def bench_model(cache: Path, fam: Family) -> Path:
     """The benchmark model, built once per content of its builder and of the family's words."""
-    corpus = family.corpus()
+    corpus = fam.corpus()
     key = digest(Path(tiny_models.__file__).read_bytes(), "\n".join(corpus).encode())
-    out = cache / "models" / f"bench-typeword-{key}"
+    out = cache / "models" / f"bench-{fam.name}-{key}"
     if not (out / "config.json").exists():
         tmp = Path(tempfile.mkdtemp(dir=cache / "models", prefix=".building-"))
         tiny_models.build_tiny_model(tmp, size="bench", corpus=corpus)
@@ -88,24 +109,22 @@ def bench_model(cache: Path) -> Path:
     return out
 
 
-def warmup_ids() -> list[str]:
-    return list(WARMUP_IDS)
-
-
-async def demonstrations(cache: Path, urls: list[str] | None, token_file: Path | None) -> Path:
+async def demonstrations(
+    cache: Path, fam: Family, urls: list[str] | None, token_file: Path | None
+) -> Path:
     """The warm-up instances' reference solutions, recorded on the desktops at `urls` (or on 2
     local ones the recorder starts), cached by a hash of the tasks and the recorder."""
     from kubecua_trainer.warmup import record
 
-    ids = warmup_ids()
-    files = [FAMILY / "train" / f"{i}{ext}" for i in ids for ext in (".json", ".solutions.json")]
+    ids, train = fam.warmup_ids, fam.folder / "train"
+    files = [train / f"{i}{ext}" for i in ids for ext in (".json", ".solutions.json")]
     key = digest(Path(record.__file__).read_bytes(), *(f.read_bytes() for f in files))
-    out = cache / "demonstrations" / f"typeword-{key}"
+    out = cache / "demonstrations" / f"{fam.name}-{key}"
     if (out / record.OUT_FILE).exists():
         return out / record.OUT_FILE
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    argv = ["record", "--tasks", str(FAMILY / "train"), "--ids", *ids, "--out", str(tmp)]
+    argv = ["record", "--tasks", str(train), "--ids", *ids, "--out", str(tmp)]
     argv += ["--urls", *urls, "--token-file", str(token_file)] if urls else ["--local", "2"]
     await _python(argv, None)
     tmp.rename(out)
@@ -113,6 +132,7 @@ async def demonstrations(cache: Path, urls: list[str] | None, token_file: Path |
 
 
 def manifest(
+    fam: Family,
     name: str,
     seed: int,
     lr: float,
@@ -121,12 +141,13 @@ def manifest(
     urls: list[str],
     steps: int,
     heldout_ids: list[str] | None,
+    warmup: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     evaluation: dict[str, Any] = {
-        "tasks": {"path": str(FAMILY / "heldout")},
+        "tasks": {"path": str(fam.folder / "heldout")},
         "episodesPerTask": 1,
         "temperature": 0.0,
-        "maxTurns": 1,
+        "maxTurns": fam.max_turns,
     }
     if heldout_ids:
         evaluation["tasks"]["ids"] = heldout_ids
@@ -137,11 +158,16 @@ def manifest(
         "spec": {
             "model": {"path": str(model), "dtype": "float32"},
             "sandboxes": {"urls": urls, "minReady": len(urls)},
-            "tasks": {"path": str(FAMILY / "train")},
+            "tasks": {"path": str(fam.folder / "train")},
             "evaluation": evaluation,
-            "warmup": {"demonstrations": str(demos), **RECIPE["warmup"]},
-            "algorithm": {**RECIPE["algorithm"], "learningRate": lr},
-            "rollout": {**RECIPE["rollout"], "maxInFlightEpisodes": 2 * len(urls)},
+            "warmup": {"demonstrations": str(demos), **(warmup or RECIPE["warmup"])},
+            "algorithm": {**RECIPE["algorithm"], "learningRate": lr, "maxTurns": fam.max_turns},
+            "rollout": {
+                **RECIPE["rollout"],
+                "maxPixels": fam.max_pixels,
+                "maxInFlightEpisodes": 2 * len(urls),
+            },
+            "reward": RECIPE["reward"],
             "trainer": {"gradientCheckpointing": False},
             "checkpoint": {"everySteps": 1000, "keep": 1},
             "steps": steps,
@@ -205,8 +231,8 @@ async def untrained(ctx: dict[str, Any], out: Path) -> dict[str, Any]:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     spec = manifest(
-        "untrained", 0, CONTROL_LR, ctx["model"], ctx["demos"], ctx["urls"], ctx["steps"],
-        ctx["heldout_ids"],
+        ctx["family"], "untrained", 0, CONTROL_LR, ctx["model"], ctx["demos"], ctx["urls"],
+        ctx["steps"], ctx["heldout_ids"],
     )  # fmt: skip
     path = run_dir / "trainingrun.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -218,20 +244,86 @@ async def untrained(ctx: dict[str, Any], out: Path) -> dict[str, Any]:
     return {"success": summary["success_rate"], "episodes": summary["scored"]}
 
 
-async def one_run(name: str, seed: int, lr: float, ctx: dict[str, Any], out: Path) -> dict:
+async def one_run(
+    name: str,
+    seed: int,
+    lr: float,
+    ctx: dict[str, Any],
+    out: Path,
+    *,
+    steps: int | None = None,
+    warmup: dict[str, Any] | None = None,
+    start_from: Path | None = None,
+) -> dict:
+    """One `kubecua_trainer run`. start_from: another run's output folder whose step-0
+    checkpoint, warm-up and step-0 evaluation this run starts from (it resumes there)."""
+    steps = ctx["steps"] if steps is None else steps
     spec = manifest(
-        name, seed, lr, ctx["model"], ctx["demos"], ctx["urls"], ctx["steps"], ctx["heldout_ids"]
-    )
+        ctx["family"], name, seed, lr, ctx["model"], ctx["demos"], ctx["urls"], steps,
+        ctx["heldout_ids"], warmup,
+    )  # fmt: skip
     run_dir = out / name
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
+    if start_from is not None:
+        copy_start(start_from, run_dir / "out")
     path = run_dir / "trainingrun.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     t0 = time.monotonic()
     argv = ["run", str(path), "--output-dir", str(run_dir / "out"), "--no-progress"]
     await _python(argv, run_dir / "run.log")
     print(f"bench-learning: {name} done in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    return {"seed": seed, "learning_rate": lr, **collect(run_dir / "out", time.monotonic() - t0)}
+    return {
+        "seed": seed,
+        "learning_rate": lr,
+        "out": str(run_dir / "out"),
+        **collect(run_dir / "out", time.monotonic() - t0),
+    }
+
+
+def copy_start(src: Path, dst: Path) -> None:
+    """The step-0 state of a run (checkpoint, warmup.json, the step-0 evaluation) into a fresh
+    output folder, so a run there resumes from the same warmed weights and start figure."""
+    dst.mkdir(parents=True)
+    shutil.copytree(src / "checkpoints" / "step-00000000", dst / "checkpoints" / "step-00000000")
+    shutil.copy(src / "warmup.json", dst / "warmup.json")
+    (dst / "evaluations").mkdir()
+    shutil.copytree(src / "evaluations/step-0000", dst / "evaluations/step-0000")
+    first = (src / "evaluations/history.jsonl").read_text().splitlines()[0]
+    (dst / "evaluations/history.jsonl").write_text(first + "\n")
+
+
+def sft_warmup(grpo: dict[str, Any]) -> dict[str, Any]:
+    """The continued-SFT arm's warm-up: the GRPO arm's (same seed, demonstrations, batches and
+    learning rate) run for as many more epochs as fit in the wall time of its GRPO steps, at
+    the warm-up's own measured pace; no stopping rule."""
+    out = Path(grpo["out"])
+    warm = json.loads((out / "warmup.json").read_text())
+    steps = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    grpo_seconds = sum(float(s.get("seconds_total", 0.0)) for s in steps)
+    per_epoch = float(warm["fit_seconds"]) / max(1, int(warm["epochs"]))
+    extra = max(1, round(grpo_seconds / max(per_epoch, 1e-6)))
+    cfg = {k: v for k, v in RECIPE["warmup"].items() if k != "stopWhen"}
+    return {**cfg, "epochs": min(1000, int(warm["epochs"]) + extra)}
+
+
+async def seed_arms(seed: int, ctx: dict[str, Any], out: Path, control: bool) -> dict:
+    """The three arms of one seed, from one warm-up: GRPO; supervised training continued on
+    the same demonstrations for the GRPO steps' wall time; GRPO at learning rate ~0."""
+    lr = RECIPE["algorithm"]["learningRate"]
+    grpo = await one_run(f"seed-{seed}", seed, lr, ctx, out)
+    warm = json.loads((Path(grpo["out"]) / "warmup.json").read_text())
+    grpo["warmup_epochs"], grpo["warmup_checks"] = warm["epochs"], warm.get("checks", [])
+    arms: dict[str, Any] = {"grpo": grpo}
+    sft_cfg = sft_warmup(grpo)
+    sft = await one_run(f"seed-{seed}-sft", seed, lr, ctx, out, steps=0, warmup=sft_cfg)
+    sft["warmup_epochs"] = sft_cfg["epochs"]
+    arms["sft"] = sft
+    if control:
+        arms["control"] = await one_run(
+            f"seed-{seed}-control", seed, CONTROL_LR, ctx, out, start_from=Path(grpo["out"])
+        )
+    return arms
 
 
 def verdict(seeds: list[dict[str, Any]], control: dict[str, Any] | None) -> dict[str, Any]:
@@ -248,6 +340,39 @@ def verdict(seeds: list[dict[str, Any]], control: dict[str, Any] | None) -> dict
     }
 
 
+def arms_verdict(arms: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 30's goal over the seeds' arms: GRPO >= +20 points over its start in every seed and
+    >= +10 over continued SFT (pooled), every control within one episode, and the pooled paired
+    exact test of GRPO's start against its end at p < 0.01."""
+    grpo = [a["grpo"] for a in arms]
+    end = [(paired.outcomes(Path(g["out"]), g["heldout_start"]["step"]),
+            paired.outcomes(Path(g["out"]), g["heldout_end"]["step"])) for g in grpo]  # fmt: skip
+    vs_sft = [(paired.outcomes(Path(a["sft"]["out"]), 0),
+               paired.outcomes(Path(a["grpo"]["out"]), a["grpo"]["heldout_end"]["step"]))
+              for a in arms]  # fmt: skip
+    sft_mean = sum(a["sft"]["heldout_start"]["success"] for a in arms) / len(arms)
+    grpo_mean = sum(g["heldout_end"]["success"] for g in grpo) / len(grpo)
+    controls = [a["control"] for a in arms if "control" in a]
+    still = [
+        abs(c["rise"]) <= 1.0 / max(1, c["heldout_start"]["episodes"]) + 1e-9 for c in controls
+    ]
+    test, test_sft = paired.compare(end), paired.compare(vs_sft)
+    goals = {
+        "grpo_rises_20_points_every_seed": all(g["rise"] >= GOAL_RISE for g in grpo),
+        "grpo_10_points_over_continued_sft": grpo_mean - sft_mean >= 0.10 - 1e-9,
+        "control_flat": all(still) if controls else None,
+        "mcnemar_p_below_0.01": test["p"] < 0.01,
+    }
+    return {
+        "grpo_end_mean": round(grpo_mean, 4),
+        "sft_end_mean": round(sft_mean, 4),
+        "mcnemar_grpo_start_vs_end": test,
+        "mcnemar_sft_vs_grpo": test_sft,
+        **goals,
+        "goal_reached": all(v is not False for v in goals.values()),
+    }
+
+
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     cache, out = Path(args.cache), Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -259,38 +384,39 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         token_file = out / "desktops" / "token"
         os.environ["KUBECUA_SANDBOX_TOKEN_FILE"] = str(token_file)
         urls = [sb.url for sb in source.sandboxes]
-        heldout = [str(t["id"]) for t in load_split("heldout")]
+        fam = family.load(args.family)
+        heldout = [str(t["id"]) for t in fam.split("heldout")]
         ctx = {
-            "model": bench_model(cache),
+            "family": fam,
+            "model": bench_model(cache, fam),
             "urls": urls,
             "steps": args.steps,
-            "demos": await demonstrations(cache, urls, token_file),
+            "demos": await demonstrations(cache, fam, urls, token_file),
             "heldout_ids": heldout[: args.heldout] if args.heldout else None,
         }
         setup = time.monotonic() - t0
         before = await untrained(ctx, out)
-        seeds = [
-            await one_run(f"seed-{s}", s, RECIPE["algorithm"]["learningRate"], ctx, out)
-            for s in args.seeds
-        ]
-        control = (
-            await one_run("control", args.seeds[0], CONTROL_LR, ctx, out) if args.control else None
-        )
+        arms = []
+        for s in args.seeds:  # each seed's arms kept as they finish: a cut run keeps them
+            arms.append(await seed_arms(s, ctx, out, args.control))
+            (out / "arms-so-far.json").write_text(json.dumps(arms, indent=1) + "\n")
     finally:
         await source.stop()
     doc = {
-        "benchmark": "learning (typeword family, issue 19)",
+        "benchmark": f"learning ({fam.name} family)",
         "family": {
-            "train": len(load_split("train")),
+            "folder": str(fam.folder),
+            "train": len(fam.split("train")),
             "heldout": len(ctx["heldout_ids"] or heldout),
-            "warmup_demonstrations": len(WARMUP_IDS),
+            "warmup_demonstrations": len(fam.warmup_ids),
         },
         "model": str(ctx["model"]),
         "recipe": {**RECIPE, "steps": args.steps, "desktops": args.desktops},
         "heldout_untrained": before,
-        "seeds": seeds,
-        "control": control,
-        "verdict": verdict(seeds, control),
+        "arms": arms,
+        "seeds": [a["grpo"] for a in arms],
+        "control": arms[0].get("control"),
+        "verdict": arms_verdict(arms),
         "setup_seconds": round(setup, 1),
         "wall_seconds": round(time.monotonic() - t0, 1),
         "curves": str(out / "curves.png"),
@@ -300,14 +426,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-async def prepare(cache: Path) -> None:
-    """What the demo's manifest names: the model and the demonstrations, under fixed names
-    (links to their hashed, cached builds)."""
+async def prepare(cache: Path, fam: Family) -> None:
+    """What the demo's manifest names: the family's model and demonstrations, under fixed names
+    (links to their hashed, cached builds): models/bench-<family>, demonstrations/<family>."""
     (cache / "models").mkdir(parents=True, exist_ok=True)
-    model, demos = bench_model(cache), (await demonstrations(cache, None, None)).parent
+    model, demos = bench_model(cache, fam), (await demonstrations(cache, fam, None, None)).parent
     for link, target in (
-        (cache / "models/bench-typeword", model),
-        (cache / "demonstrations/typeword", demos),
+        (cache / f"models/bench-{fam.name}", model),
+        (cache / f"demonstrations/{fam.name}", demos),
     ):
         tmp = link.with_name(link.name + ".new")
         tmp.unlink(missing_ok=True)
@@ -322,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--cache", default=os.path.expanduser(os.environ.get("KUBECUA_CACHE", "~/.cache/kubecua"))
     )
+    p.add_argument("--family", default=str(TASKS / "typeword"), help="a task family's folder")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=RECIPE["steps"])
     p.add_argument("--desktops", type=int, default=4)
@@ -335,11 +462,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prepare", action="store_true", help="only build the model, record demos")
     args = p.parse_args(argv)
     if args.prepare:
-        asyncio.run(prepare(Path(args.cache)))
+        asyncio.run(prepare(Path(args.cache), family.load(args.family)))
         return
     if args.smoke:
         args.steps, args.seeds, args.heldout, args.control = (SMOKE[k] for k in SMOKE)
-        RECIPE["warmup"] = {**RECIPE["warmup"], "epochs": SMOKE_WARMUP_EPOCHS}
+        rule = {**RECIPE["warmup"]["stopWhen"], "tasks": 2, "k": 2}
+        RECIPE["warmup"] = {**RECIPE["warmup"], "epochs": SMOKE_WARMUP_EPOCHS, "stopWhen": rule}
     # SIGTERM as Ctrl-C: the desktops and the child run are stopped on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(json.dumps(asyncio.run(bench(args)), indent=1))

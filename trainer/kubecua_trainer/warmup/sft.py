@@ -47,6 +47,63 @@ def warmup_optimizer(learner: Learner, learning_rate: float) -> torch.optim.Opti
     return torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
 
 
+class DemoFit:
+    """The warm-up's fit, run a few epochs at a time (spec.warmup.stopWhen measures between
+    them): the optimizer, the shuffle and the Fit carry over from one call to the next, so
+    epochs run in chunks equal epochs run at once."""
+
+    def __init__(
+        self,
+        learner: Learner,
+        demos: list[Trajectory],
+        build: Callable[[Trajectory], list[Sample]],
+        cfg: WarmupConfig,
+        seed: int,
+    ) -> None:
+        self.learner, self.demos, self.build, self.cfg = learner, demos, build, cfg
+        self.optimizer = warmup_optimizer(learner, cfg.learning_rate)
+        self.rng = random.Random(seed)
+        self.fit = Fit()
+
+    @property
+    def epochs(self) -> int:
+        return len(self.fit.epoch_losses)
+
+    def run(
+        self,
+        epochs: int,
+        on_epoch: Callable[[int, float], None] = lambda epoch, loss: None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> Fit:
+        """`epochs` more passes over the demonstrations; should_stop() is asked before every
+        step (a stop leaves the fit unfinished: Fit.stopped). Blocking: run it in a thread."""
+        fit = self.fit
+        for _ in range(epochs):
+            order = list(range(len(self.demos)))
+            self.rng.shuffle(order)
+            nll, tokens = 0.0, 0.0
+            for start in range(0, len(order), self.cfg.batch_size):
+                if should_stop():
+                    fit.stopped = True
+                    return fit
+                chunk = order[start : start + self.cfg.batch_size]
+                batch = [s for i in chunk for s in self.build(self.demos[i])]
+                out = self.learner.supervised_step(batch, self.optimizer)
+                nll += out["loss"] * out["tokens"]
+                tokens += out["tokens"]
+                fit.steps += 1
+            fit.epoch_losses.append(nll / max(tokens, 1.0))
+            fit.tokens_per_epoch = int(tokens)
+            on_epoch(self.epochs, fit.epoch_losses[-1])
+        return fit
+
+    def finish(self) -> None:
+        """GRPO goes on from the warmed weights (its fp32 masters too)."""
+        opt, own = self.optimizer, self.learner.optimizer
+        if isinstance(opt, MasterAdamW) and isinstance(own, MasterAdamW):
+            own.adopt_masters(opt)
+
+
 def fit_demonstrations(
     learner: Learner,
     demos: list[Trajectory],
@@ -56,29 +113,12 @@ def fit_demonstrations(
     on_epoch: Callable[[int, float], None] = lambda epoch, loss: None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Fit:
-    """cfg.epochs passes over demos; should_stop() is asked before every step (a stop leaves
-    the fit unfinished: Fit.stopped). Blocking: run it in a thread."""
-    optimizer = warmup_optimizer(learner, cfg.learning_rate)
-    rng = random.Random(seed)
-    fit = Fit()
-    for epoch in range(1, cfg.epochs + 1):
-        order = list(range(len(demos)))
-        rng.shuffle(order)
-        nll, tokens = 0.0, 0.0
-        for start in range(0, len(order), cfg.batch_size):
-            if should_stop():
-                fit.stopped = True
-                return fit
-            batch = [s for i in order[start : start + cfg.batch_size] for s in build(demos[i])]
-            out = learner.supervised_step(batch, optimizer)
-            nll += out["loss"] * out["tokens"]
-            tokens += out["tokens"]
-            fit.steps += 1
-        fit.epoch_losses.append(nll / max(tokens, 1.0))
-        fit.tokens_per_epoch = int(tokens)
-        on_epoch(epoch, fit.epoch_losses[-1])
-    if isinstance(optimizer, MasterAdamW) and isinstance(learner.optimizer, MasterAdamW):
-        learner.optimizer.adopt_masters(optimizer)  # GRPO goes on from the warmed weights
+    """cfg.epochs passes over demos at once (DemoFit in one call). Blocking: run it in a
+    thread."""
+    fitter = DemoFit(learner, demos, build, cfg, seed)
+    fit = fitter.run(cfg.epochs, on_epoch, should_stop)
+    if not fit.stopped:
+        fitter.finish()
     return fit
 
 

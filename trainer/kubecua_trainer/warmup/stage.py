@@ -5,18 +5,22 @@ of step 0, so a resumed run skips it. A run killed (or stopped) during the warm-
 checkpoint yet and redoes the warm-up from the start when it resumes. Afterwards the engine gets
 the warmed weights (its own copy refreshed, or a disk-loading server sent the checkpoint).
 Each epoch's loss goes to the log and the console; <outputDir>/warmup.json keeps them all.
+With spec.warmup.stopWhen the epochs run in chunks, the policy measured on training tasks after
+each (warmup/stopping.py), and the warm-up ends when the rule holds (warmup.json: the checks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
 from typing import TYPE_CHECKING
 
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
-from kubecua_trainer.warmup.sft import fit_demonstrations
+from kubecua_trainer.warmup.sft import DemoFit
+from kubecua_trainer.warmup.stopping import Check, measure, probe_tasks
 
 if TYPE_CHECKING:
     from kubecua_trainer.loop import Loop
@@ -38,7 +42,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
     )
 
     def build(demo: Trajectory) -> list:
-        return demo_samples(lp.policy, demo, spec.algorithm, spec.rollout)
+        return demo_samples(saver.policy, demo, spec.algorithm, spec.rollout)
 
     def on_epoch(epoch: int, loss: float) -> None:
         log.info("warm-up epoch %d/%d: loss %.4f", epoch, cfg.epochs, loss)
@@ -48,24 +52,53 @@ async def warm_up_if_needed(lp: Loop) -> None:
         return d.any(lp.stop.requested.is_set())
 
     t0 = time.monotonic()
-    fit = await asyncio.to_thread(
-        fit_demonstrations, lp.learner, demos, build, cfg, spec.seed, on_epoch, should_stop
-    )
-    if fit.stopped:
-        say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
-        return
+    fitter = DemoFit(saver.learner, demos, build, cfg, spec.seed)
+    rule = cfg.stop_when
+    probe = probe_tasks(lp.tasks, rule, spec.seed) if rule else []
+    checks: list[Check] = []
+    fit_seconds = 0.0  # in the fit alone, checks left out
+    while fitter.epochs < cfg.epochs:
+        chunk = cfg.epochs - fitter.epochs
+        if rule is not None:
+            chunk = min(chunk, rule.every_epochs)
+        t1 = time.monotonic()
+        fit = await asyncio.to_thread(fitter.run, chunk, on_epoch, should_stop)
+        fit_seconds += time.monotonic() - t1
+        if fit.stopped:
+            say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
+            return
+        if rule is None:
+            continue
+        check = await measure(lp, probe, rule, fitter.epochs)
+        if check is None:
+            say("stopped during a warm-up check; nothing saved: the next run redoes the warm-up")
+            return
+        checks.append(check)
+        say(check.line(rule.k))
+        if check.verdict != "go on":
+            break
+    fitter.finish()
+    fit = fitter.fit
     path = saver.save(0)
     if d.is_main:
         summary = {
             "demonstrations": len(demos),
             "tasks": sorted({x.task_id for x in demos}),
-            "epochs": cfg.epochs,
+            "epochs": fitter.epochs,
+            "max_epochs": cfg.epochs,
             "optimizer_steps": fit.steps,
             "reply_tokens_per_epoch": fit.tokens_per_epoch,
             "epoch_losses": [round(x, 6) for x in fit.epoch_losses],
             "seconds": round(time.monotonic() - t0, 3),
+            "fit_seconds": round(fit_seconds, 3),
             "checkpoint": path,
         }
+        if rule is not None:
+            summary["stop_when"] = rule.model_dump(by_alias=True)
+            summary["checks"] = [dataclasses.asdict(c) for c in checks]
+            summary["stopped_by"] = checks[-1].verdict if checks else "no check"
+            if not checks or checks[-1].verdict == "go on":
+                summary["stopped_by"] = "epochs (the rule never held)"
         (lp.result.out_dir / "warmup.json").write_text(json.dumps(summary, indent=1) + "\n")
     await _engine_gets_weights(lp, path)
 

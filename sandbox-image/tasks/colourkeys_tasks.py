@@ -1,0 +1,214 @@
+"""The colourkeys family, built for reinforcement learning: read the leftmost coloured square
+from the screen and press its key, one key a turn, until no square is left. The learning
+benchmark runs on it with `--family` naming the colourkeys folder beside this file; typeword
+(typeword_tasks.py) is the other family.
+
+An instance shows a full-screen window (Tk, openbox full screen) divided into a grid of
+`layout.cols` x `layout.rows` cells; row `layout.row` holds the squares still to press, one a
+cell from the left, the rest a neutral grey. Each key pressed is appended to ~/typed.txt and
+takes the leftmost square away (the others move one cell left), so the screen after every action
+shows what is left. Every colour stands for one key (`symbols`). The instruction is the same for
+every instance of a family (it names the colour-to-key table, never the sequence), so the answer
+can only be read from the screenshot. desktop-env's `exact_match` scores the instance 1 when
+~/typed.txt holds exactly the sequence's keys; `partial` (desktop-env's `fuzzy_match` ratio of
+the same file, 0..1) gives credit per key, for spec.reward's partial term. The reference
+solution is one `pyautogui.press('<key>')` a square, then DONE: `length` actions an episode.
+The grid is sized for the vision model: the 1920x1080 screen fitted to `cols * 28` x `rows * 28`
+pixels (Layout.max_pixels, written to family.json as rollout.maxPixels; Qwen2.5-VL's 14-pixel
+patches merged 2x2) puts each cell on exactly one image token.
+
+Splits (the generator's parameters, `family()`: symbols, length, layout, held-out and
+demonstration counts, seed): every sequence of `length` symbols is one instance; `heldout` of
+them, drawn with `seed`, are never trained on; the rest are training instances, of which `demos`
+(drawn with `seed`, together showing every symbol) are the warm-up's demonstrations. So every
+key a held-out instance needs is demonstrated (a closed vocabulary the warmed policy can
+sample), while every held-out sequence is a composition that no training instance and no
+demonstration contains (trainer/tests/test_learningbench.py checks both;
+sandbox-image/episode-server/tests/test_task_suite.py plays instances on a real desktop).
+The generator writes <folder>/family.json beside the split folders: the family's parameters,
+the warm-up's instance ids and the rollout settings its screens need (maxPixels, maxTurns), which
+the benchmark reads (trainer/bench/learning/family.py), so nothing about a family is hard-coded
+there. Leaves out: distractors, and any wording a real VLM would need beyond the table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+
+from taskkit import FILES, H, gui, launch, task, wait_window
+
+TITLE = "kubecua-colourkeys"
+SCREEN = (1920, 1080)  # the sandbox's screen (kubecua_episode.settings)
+TOKEN_PIXELS = 28  # one image token of Qwen2.5-VL: 14-pixel patches merged 2x2
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    colour: str  # Tk / HTML #rrggbb
+    key: str  # one character, pressed with pyautogui.press
+
+
+@dataclass(frozen=True)
+class Layout:
+    cols: int = 3
+    rows: int = 2
+    row: int = 0  # the grid row of the squares
+    background: str = "#808080"
+
+    @property
+    def max_pixels(self) -> int:
+        """The least rollout.maxPixels that fits SCREEN to exactly cols x rows image tokens."""
+        want = (self.rows * TOKEN_PIXELS, self.cols * TOKEN_PIXELS)
+        for cap in range(want[0] * want[1], 64 * want[0] * want[1], TOKEN_PIXELS):
+            if fitted(*SCREEN, cap) == want:
+                return cap
+        raise ValueError(f"no maxPixels fits a {SCREEN} screen to {self.cols}x{self.rows} tokens")
+
+
+def fitted(width: int, height: int, max_pixels: int, factor: int = TOKEN_PIXELS) -> tuple[int, int]:
+    """(height, width) of the model's image: Qwen2-VL's smart_resize above its minimum, which
+    the trainer applies (tokens.fit_image); restated so the generator needs no transformers."""
+    h, w = round(height / factor) * factor, round(width / factor) * factor
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    return h, w
+
+
+DEFAULT_LAYOUT = Layout()
+SYMBOLS = (
+    Symbol("red", "#e02020", "r"),
+    Symbol("green", "#20b040", "g"),
+    Symbol("blue", "#2040e0", "b"),
+    Symbol("yellow", "#f0e020", "y"),
+    Symbol("magenta", "#d030d0", "m"),
+)
+
+
+def instruction(symbols: tuple[Symbol, ...]) -> str:
+    table = ", ".join(f"{s.name} {s.key}" for s in symbols)
+    return (
+        "Press the key of the leftmost coloured square, one key a turn, until none is left"
+        f" ({table})."
+    )
+
+
+def app(colours: list[str], layout: Layout) -> str:
+    """The window's program: full screen, the squares still to press drawn from the left of
+    the grid row, one a cell. Each printable key pressed is appended to ~/typed.txt and takes
+    the leftmost square away (the rest move one cell left), right key or not: the screen after
+    every action shows what is left, so the next answer is always in the row's first cell."""
+    return (
+        "import pathlib, tkinter as tk\n"
+        "out = pathlib.Path.home() / 'typed.txt'\n"
+        f"left = {colours!r}\n"
+        f"root = tk.Tk(); root.title({TITLE!r}); root.attributes('-fullscreen', True)\n"
+        "w, h = root.winfo_screenwidth(), root.winfo_screenheight()\n"
+        f"c = tk.Canvas(root, width=w, height=h, bg={layout.background!r}, highlightthickness=0)\n"
+        "c.pack()\n"
+        "def draw():\n"
+        "    c.delete('all')\n"
+        "    for i, col in enumerate(left):\n"
+        f"        x0, x1 = w * i // {layout.cols}, w * (i + 1) // {layout.cols}\n"
+        f"        y0 = h * {layout.row} // {layout.rows}\n"
+        f"        y1 = h * {layout.row + 1} // {layout.rows}\n"
+        "        c.create_rectangle(x0, y0, x1, y1, fill=col, width=0)\n"
+        "typed = []\n"
+        "def key(e):\n"
+        "    if e.char and e.char.isprintable():\n"
+        "        typed.append(e.char); out.write_text(''.join(typed))\n"
+        "        del left[:1]; draw()\n"
+        "draw(); root.bind('<Key>', key); root.after(50, root.focus_force); root.mainloop()\n"
+    )
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    train: list[tuple[int, ...]]
+    heldout: list[tuple[int, ...]]
+    demos: list[tuple[int, ...]]
+
+
+def split(n_symbols: int, length: int, heldout: int, demos: int, seed: int) -> Family:
+    """Every sequence, split: `heldout` drawn with `seed`, the rest train; `demos` training
+    sequences that together show every symbol (drawn with `seed`, the first draw that does)."""
+    every = list(itertools.product(range(n_symbols), repeat=length))
+    if not 0 < heldout < len(every) or not 0 < demos <= len(every) - heldout:
+        raise ValueError(f"{len(every)} sequences cannot give {heldout} held-out and {demos} demos")
+    rng = random.Random(seed)
+    held = sorted(rng.sample(every, heldout))
+    train = [s for s in every if s not in set(held)]
+    for _ in range(1000):
+        chosen = rng.sample(train, demos)  # drawn order: a run may take the first N
+        if {x for s in chosen for x in s} == set(range(n_symbols)):
+            return Family("", train, held, chosen)
+    raise ValueError(f"no {demos} training sequences show all {n_symbols} symbols")
+
+
+def family(
+    name: str = "colourkeys",
+    symbols: tuple[Symbol, ...] = SYMBOLS,
+    length: int = 3,
+    layout: Layout = DEFAULT_LAYOUT,
+    heldout: int = 60,
+    demos: int = 30,
+    seed: int = 0,
+) -> Family:
+    """Register the family's tasks (taskkit) and its family.json; returns its splits."""
+    if length > layout.cols:
+        raise ValueError(f"{length} squares do not fit a row of {layout.cols} cells")
+    fam = split(len(symbols), length, heldout, demos, seed)
+    text = instruction(symbols)
+
+    def tid(seq: tuple[int, ...]) -> str:
+        return f"{name}-" + "".join(symbols[i].key for i in seq)
+
+    check = {
+        "type": "vm_command_line",
+        "command": f"cat {H}/typed.txt 2>/dev/null | tr -d '\\n'",
+        "shell": True,
+    }
+    for part, seqs in (("train", fam.train), ("heldout", fam.heldout)):
+        for seq in seqs:
+            keys = "".join(symbols[i].key for i in seq)
+            wrong = "".join(symbols[(i + 1) % len(symbols)].key for i in seq)
+            expected = {"type": "rule", "rules": {"expected": keys}}
+            task(
+                name,
+                tid(seq),
+                text,
+                [
+                    launch("python3", "-c", app([symbols[i].colour for i in seq], layout)),
+                    wait_window(TITLE),
+                ],
+                {"func": "exact_match", "result": check, "expected": expected},
+                [gui(f"pyautogui.press({k!r})") for k in keys],
+                [gui(f"pyautogui.press({k!r})") for k in wrong],  # every key one symbol off
+                apps=["python3-tk"],
+                folder=f"{name}/{part}",
+                partial={"func": "fuzzy_match", "result": check, "expected": expected},
+            )
+    meta = {
+        "name": name,
+        "generator": "sandbox-image/tasks/colourkeys_tasks.py",
+        "symbols": [asdict(s) for s in symbols],
+        "length": length,
+        "layout": asdict(layout),
+        "seed": seed,
+        "splits": {"train": len(fam.train), "heldout": len(fam.heldout)},
+        "warmup": [tid(s) for s in fam.demos],
+        # What a run on this family needs: one image token a cell, one action a square.
+        "rollout": {"maxPixels": layout.max_pixels, "maxTurns": length},
+    }
+    FILES[f"{name}/family.json"] = json.dumps(meta, indent=2) + "\n"
+    return Family(name, fam.train, fam.heldout, fam.demos)
+
+
+COLOURKEYS = family()
