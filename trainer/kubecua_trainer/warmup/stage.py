@@ -42,7 +42,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
     )
 
     def build(demo: Trajectory) -> list:
-        return demo_samples(saver.policy, demo, spec.algorithm, spec.rollout)
+        return demo_samples(lp.policy, demo, spec.algorithm, spec.rollout)
 
     def on_epoch(epoch: int, loss: float) -> None:
         log.info("warm-up epoch %d/%d: loss %.4f", epoch, cfg.epochs, loss)
@@ -52,7 +52,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
         return d.any(lp.stop.requested.is_set())
 
     t0 = time.monotonic()
-    fitter = DemoFit(saver.learner, demos, build, cfg, spec.seed)
+    fitter = DemoFit(lp.learner, demos, build, cfg, spec.seed)
     rule = cfg.stop_when
     probe = probe_tasks(lp.tasks, rule, spec.seed) if rule else []
     checks: list[Check] = []
