@@ -54,10 +54,12 @@ bench-trainer-distributed: ## weight refresh (3B, 7B) and FSDP2 vs plain learner
 bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktops spend in episodes, sync vs maxStaleness 1 (BENCH_ARGS=--learner-bound)
 	cd trainer && .venv/bin/python -m bench.rollout_overlap $(BENCH_ARGS)
 
-# Learning on held-out tasks (bench/learning/run.py): the typeword family, a model
-# built from a config, warm-up on recorded demonstrations, then GRPO; 3 seeds and an LR-0 control,
-# on real local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed,
-# 1 step, 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
+# Learning on held-out tasks (bench/learning/run.py): a task family's folder (BENCH_ARGS="--family
+# ../sandbox-image/tasks/colourkeys"; typeword by default), a model built from a config, a warm-up on
+# recorded demonstrations ended by spec.warmup.stopWhen, then per seed three arms from it: GRPO,
+# supervised training continued for GRPO's wall time, an LR-0 control; a pooled McNemar test; real
+# local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed, 1 step,
+# 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
 # The curriculum by pass rate against uniform sampling on the offline suite (no desktops;
 # bench/learning/curriculum_ab.py): zero-variance groups and held-out success per arm, one command.
 .PHONY: bench-curriculum
