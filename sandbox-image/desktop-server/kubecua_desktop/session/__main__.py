@@ -38,6 +38,12 @@ def parse(argv: list[str] | None) -> SessionConfig:
     p.add_argument(
         "--vlc-host", default="127.0.0.1", help="VLC web interface address (VM: 0.0.0.0)"
     )
+    p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=60.0,
+        help="seconds each component may take to start (a VM's emulator: minutes)",
+    )
     p.add_argument("--home", type=Path, default=Path.home())
     p.add_argument("--runtime-dir", type=Path, help="XDG_RUNTIME_DIR (default: a temporary dir)")
     p.add_argument("--token-file", type=Path, help="else KUBECUA_SANDBOX_TOKEN(_FILE)")
@@ -49,6 +55,7 @@ def parse(argv: list[str] | None) -> SessionConfig:
         display=a.display, width=a.width, height=a.height, host=a.host, port=a.port,
         cdp_port=a.cdp_port, vlc_port=a.vlc_port, vlc_host=a.vlc_host, home=a.home.resolve(),
         token=read_token(), trust_loopback=a.trust_loopback, runtime_dir=a.runtime_dir,
+        start_timeout_s=a.start_timeout,
     )  # fmt: skip
 
 

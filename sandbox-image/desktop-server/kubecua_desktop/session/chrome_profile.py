@@ -60,14 +60,18 @@ def _chrome_settings() -> dict[str, Any]:
     return dict(start_state.load()["chrome"])
 
 
-def chrome_version(binary: Path) -> str:
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    return out.stdout.strip() or "unknown"
+def chromium_identity(binary: Path) -> str:
+    """Which Chromium is installed, without starting it: its binary's size and modification time
+    (`chrome --version` loads the whole 300 MB browser, which took minutes under a VM's emulator
+    at every desktop start). An upgrade changes both; the image and its VM disk keep them."""
+    st = binary.resolve().stat()
+    return f"{st.st_size}-{st.st_mtime_ns}"
 
 
 def template_key(binary: Path) -> str:
-    """Chromium's version and the profile's [chrome] table: a template made for others is stale."""
-    data = json.dumps([chrome_version(binary), _chrome_settings()], sort_keys=True)
+    """The installed Chromium and the profile's [chrome] table: a template made for others is
+    stale."""
+    data = json.dumps([chromium_identity(binary), _chrome_settings()], sort_keys=True)
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
