@@ -15,6 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kubecua_desktop.session.procs import SessionError
+
 PROFILE = Path(__file__).resolve().parent / "osworld_start_state.toml"
 FULL_VOLUME = 65536  # PulseAudio's 100%: pactl's percent is raw / 65536
 
@@ -76,7 +78,10 @@ def apply_dconf(env: Mapping[str, str]) -> None:
         argv = ["gsettings", "set", s.schema, s.key, s.value]
         done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
+            raise SessionError(
+                f"{' '.join(argv)}: {done.stderr.strip()} (the schemas' packages "
+                "are in sandbox-image/install/apt-packages.txt: make setup-apt)"
+            )
 
 
 def chrome_first_run(home: Path) -> None:
