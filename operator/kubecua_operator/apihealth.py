@@ -17,7 +17,8 @@ import time
 
 # The authorizer's refusal names the user and the verb; an admission refusal or a namespace
 # being deleted is a 403 too, but says something else.
-RBAC_DENIAL = re.compile(r'User "[^"]*" cannot [a-z]+ resource')
+# (Matched in the raw JSON body, where the quotes are escaped.)
+RBAC_DENIAL = re.compile(r'User \\?"[^"\\]*\\?" cannot [a-z]+ resource')
 
 
 class ApiHealth:
