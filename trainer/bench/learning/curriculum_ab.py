@@ -46,7 +46,7 @@ from kubecua_trainer.rollout.records import EpisodeResult
 
 async def play_step(off: Offline, tasks: list[dict[str, Any]], step: int) -> list[Group]:
     """One GRPO step on the tasks (groupSize episodes each): the groups, after the update."""
-    groups = []
+    groups: list[Group] = []
     for t in tasks:
         played = await asyncio.gather(
             *(off.play(t, off.algo.temperature) for _ in range(off.algo.group_size))
