@@ -151,7 +151,7 @@ def test_a_pool_reports_children_that_lost_their_marks_and_readopts_marked_orpha
     def pool_degraded() -> dict[str, Any] | None:
         return degraded(pool_status(kube, namespace, "desks"), "ChildNotOwned")
 
-    cond = wait_until(pool_degraded, 30, "pool Degraded/ChildNotOwned")
+    cond = wait_until(pool_degraded, 60, "pool Degraded/ChildNotOwned")
     assert (
         "NetworkPolicy desks-sandboxes already exists and is not made by the operator"
         in (cond["message"])

@@ -148,7 +148,7 @@ def test_admission_policies_guard_references_the_operators_writes_and_its_label(
     # and every ServiceAccount (a trainer pod's) of the request's namespace.
     params = {b["spec"]["policyName"]: b["spec"].get("paramRef") for b in bindings}
     assert params["kubecua-operator-endpoints"]["selector"] == {}
-    assert params["kubecua-operator-identities"]["parameterNotFoundAction"] == "Deny"
+    assert params["kubecua-operator-identities"]["selector"] == {}
     kinds = {n: p["spec"].get("paramKind", {}).get("kind") for n, p in policies.items()}
     assert kinds["kubecua-operator-endpoints"] == "Service"
     assert kinds["kubecua-operator-identities"] == "ServiceAccount"
