@@ -74,7 +74,7 @@ async def ensure_static(api: Kube, run: Run, memory: RunMemory) -> list[Issue]:
         memory.has_pod_monitors = await call(
             api.has_resource, "monitoring.coreos.com/v1", "podmonitors"
         )
-    issues = []
+    issues: list[Issue] = []
     for obj in static_children(run, bool(memory.has_pod_monitors)):
         # No grant while a child is someone else's: the RoleBinding would hand the trainer's
         # rights to their account, the Role a read of their ConfigMap.
