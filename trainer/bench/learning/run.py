@@ -203,7 +203,8 @@ def collect(out_dir: Path, seconds: float) -> dict[str, Any]:
     evals = [
         json.loads(x) for x in (out_dir / "evaluations/history.jsonl").read_text().splitlines()
     ]
-    steps = [json.loads(x) for x in (out_dir / "history.jsonl").read_text().splitlines()]
+    history = out_dir / "history.jsonl"  # absent for a run of 0 steps (the SFT arm)
+    steps = [json.loads(x) for x in history.read_text().splitlines()] if history.exists() else []
     first, last = evals[0], evals[-1]
 
     def figure(e: dict[str, Any]) -> dict[str, Any]:
