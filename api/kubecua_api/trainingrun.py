@@ -391,6 +391,44 @@ class TrainerConfig(ApiModel):
         " style); meant for model.dtype bfloat16. Unset: on with bfloat16 parameters when those"
         " would take more than a quarter of the GPU.",
     )
+    # Issue 31 item 4; the trainer's side is kubecua_trainer/placement.py. Declared after nodes
+    # and gpusPerNode so the validators below see them and name these fields.
+    placement: Literal["colocated", "disaggregated"] = Field(
+        default="colocated",
+        description="colocated: every process generates its share of the episodes and learns;"
+        " disaggregated: generatingProcesses processes only generate (embedded engine) and the"
+        " others only learn (FSDP2), the weights broadcast to the generators after each step"
+        " (needs at least 2 processes, rollout.engine hf, no warmup or evaluation).",
+    )
+    generating_processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="placement disaggregated: the processes that generate (the last ones; at"
+        " least one must learn). Unset: chosen from the world size.",
+    )
+
+    @field_validator("placement")
+    @classmethod
+    def _disaggregated_needs_two_processes(cls, v: str, info: ValidationInfo) -> str:
+        world = info.data.get("nodes", 1) * max(1, info.data.get("gpus_per_node", 0))
+        if v == "disaggregated" and world < 2:
+            raise ValueError(
+                f"disaggregated needs at least 2 processes (one generating, one learning); "
+                f"nodes x gpusPerNode gives {world}"
+            )
+        return v
+
+    @field_validator("generating_processes")
+    @classmethod
+    def _one_process_learns(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is None:
+            return v
+        if info.data.get("placement") != "disaggregated":
+            raise ValueError("only placement disaggregated has generating processes")
+        world = info.data.get("nodes", 1) * max(1, info.data.get("gpus_per_node", 0))
+        if v >= world:
+            raise ValueError(f"{v} of {world} processes would generate: at least one must learn")
+        return v
 
 
 class CheckpointConfig(ApiModel):

@@ -331,6 +331,28 @@ BAD = [
         with_spec(RUN, tasks={"configMapRef": "t", "curriculum": {"floor": 0}}),
         "spec.tasks.curriculum.floor",
     ),
+    # issue 31 item 4: the disaggregated placement (kubecua_trainer/placement.py)
+    (
+        "disaggregated on one process",
+        with_spec(RUN, trainer={"placement": "disaggregated", "gpusPerNode": 1}),
+        "spec.trainer.placement: Invalid value",
+    ),
+    (
+        "every process generating",
+        with_spec(
+            RUN, trainer={"placement": "disaggregated", "gpusPerNode": 2, "generatingProcesses": 2}
+        ),
+        "spec.trainer.generatingProcesses: Invalid value",
+    ),
+    (
+        "disaggregated with sglang",
+        with_spec(
+            RUN,
+            trainer={"placement": "disaggregated", "nodes": 2},
+            rollout={"engine": "sglang", "sglangUrls": ["http://s:30000"]},
+        ),
+        "spec.trainer.placement: Invalid value",
+    ),
 ]
 
 
