@@ -336,5 +336,6 @@ class SandboxPoolStatus(ApiModel):
         " absent while none asks.",
     )
     conditions: list[Condition] | None = conditions(
-        "Ready, Progressing, Degraded, ScalingLimited and DemandMet."
+        "Ready, Progressing, Degraded, ScalingLimited, DemandMet and, while the pool is being"
+        " deleted, Deleting."
     )

@@ -14,6 +14,7 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"  # runs too: a child that is someone else's, or that the API refused
 SCALING_LIMITED = "ScalingLimited"
+DELETING = "Deleting"  # only while the pool is being deleted (held by a finalizer)
 # Both kinds, while a run asks its pool for capacity (spec.sandboxes.capacity)
 DEMAND_MET = "DemandMet"
 # TrainingRun

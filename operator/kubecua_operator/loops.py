@@ -3,7 +3,9 @@
 Not kopf daemons: kopf puts a finalizer on every object with a daemon, so a namespace or a CRD
 could not be deleted while the operator is down. Owner references already clean up every child,
 so no finalizer is needed: a loop starts when the watch shows an object and stops when it shows
-the object deleted (or being deleted).
+the object deleted, or being deleted unless `while_deleting`. A pool's loop keeps running while
+someone else's finalizer (foregroundDeletion, a user's) holds the pool, so that its status says
+it is being deleted rather than keeping its last one (issue 35).
 """
 
 from __future__ import annotations
@@ -28,15 +30,19 @@ class Live:
 
 
 class Loops:
-    def __init__(self, start: Callable[[Live], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self, start: Callable[[Live], Coroutine[Any, Any, None]], while_deleting: bool = False
+    ) -> None:
         self.start = start
+        self.while_deleting = while_deleting
         self.live: dict[tuple[str, str], Live] = {}
 
     def observe(self, event_type: str | None, body: Obj) -> None:
         meta = body["metadata"]
         key = (meta["namespace"], meta["name"])
         live = self.live.get(key)
-        gone = event_type == "DELETED" or bool(meta.get("deletionTimestamp"))
+        deleting = bool(meta.get("deletionTimestamp")) and not self.while_deleting
+        gone = event_type == "DELETED" or deleting
         if live is not None and (gone or live.body["metadata"].get("uid") != meta.get("uid")):
             self._stop(key)
             live = None

@@ -105,7 +105,7 @@ def _run_loop(live: loops.Live) -> Any:
     )
 
 
-POOL_LOOPS = loops.Loops(_pool_loop)
+POOL_LOOPS = loops.Loops(_pool_loop, while_deleting=True)
 RUN_LOOPS = loops.Loops(_run_loop)
 
 

@@ -389,7 +389,6 @@ async def reconcile_pool(
         return  # deleted while the watch was down; a namesake gets a loop of its own
     pool = parse_pool(body)
     backend = backends.get(pool.spec.backend)
-    await ensure_shared(api, pool, backend, memory)
     current = await current_body(api, body, memory)
     if current is None:
         log.warning("pool %s/%s is gone", pool.namespace, pool.name)
@@ -397,6 +396,10 @@ async def reconcile_pool(
     if current is not body:  # read after an outage, with a newer spec
         pool = parse_pool(current)
     body = current
+    if body["metadata"].get("deletionTimestamp"):
+        await report_deletion(api, pool, backend, indexed, memory, demands)
+        return
+    await ensure_shared(api, pool, backend, memory)
     kids = await observed_children(api, body, indexed, memory)
     missing = await not_installed(api, backend, memory)
     if missing:
@@ -441,6 +444,32 @@ async def reconcile_pool(
     )
     await write_status(api, body, new_status, memory)
     await announce(api, body, created, step)
+
+
+async def report_deletion(
+    api: Kube,
+    pool: Pool,
+    backend: backends.Backend,
+    indexed: list[Summary],
+    memory: PoolMemory,
+    demands: Sequence[RunDemand],
+) -> None:
+    """The pass of a pool being deleted (a finalizer holds it): only its status is written,
+    saying so, with the sandboxes counted as they are. Nothing is created, repaired or
+    replaced: the children go with the pool, and a sandbox made now would only be removed."""
+    kids = await observed_children(api, pool.body, indexed, memory)
+    kids += await call(backend.extra_children, api, pool)
+    sandboxes = mark_deleted(backend.observe(pool, kids, memory.probes), memory.deleted)
+    memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
+    leased = sum(s.state == READY and _is_busy(memory.probes.get(s.name)) for s in sandboxes)
+    active = [d for d in demands if d.active]
+    new_status = status.deleting_status(pool, sandboxes, leased, active)
+    metrics.set_pool_sandboxes(pool.namespace, pool.name, status.count_states(sandboxes, leased))
+    await write_status(api, pool.body, new_status, memory)
+
+
+def _is_busy(probe: Probe | None) -> bool:
+    return bool(probe and probe.busy)
 
 
 async def spare_fresh_leases(step: plan.Plan, memory: PoolMemory, cfg: Any) -> plan.Plan:

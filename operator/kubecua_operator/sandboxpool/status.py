@@ -74,6 +74,49 @@ def compute_status(
     }
 
 
+def deleting_status(
+    pool: Pool, sandboxes: list[Sandbox], leased: int, demand: list[RunDemand] | None = None
+) -> dict[str, Any]:
+    """The status of a pool being deleted: its deletionTimestamp is set and a finalizer holds it
+    (foregroundDeletion while the garbage collector removes its children, or a user's). The
+    sandboxes are counted as they are, Ready turns False and Deleting True naming what holds the
+    pool, so nobody reads the last status of a live pool; DemandMet (if runs still ask) is False.
+    Nothing is created or replaced meanwhile: the children go with the pool."""
+    meta = pool.body["metadata"]
+    gen = meta.get("generation", 0)
+    live = [s for s in sandboxes if s.state != TERMINATING]
+    ready = sum(s.state == READY for s in live)
+    held = ", ".join(meta.get("finalizers") or []) or "none left"
+    conds = [
+        c.make(c.READY, False, "Deleting",
+               f"the pool is being deleted; {ready}/{len(live)} sandboxes ready until they go",
+               gen),
+        c.make(c.PROGRESSING, True, "Deleting",
+               f"{len(live)} sandboxes left; nothing is created or replaced", gen),
+        _degraded(live, None, gen),
+        c.make(c.SCALING_LIMITED, False, "Deleting", "the pool is being deleted; it does not scale",
+               gen),
+        c.make(c.DELETING, True, "WaitingForFinalizers",
+               f"deletion requested at {meta['deletionTimestamp']}; finalizers: {held}", gen),
+    ]  # fmt: skip
+    summary = None
+    if demand:
+        summary = demand_summary(demand, 0)
+        conds.append(c.make(c.DEMAND_MET, False, "Deleting",
+                            f"active runs ask for {summary['sandboxes']} sandboxes but the pool"
+                            " is being deleted", gen))  # fmt: skip
+    old = (pool.body.get("status") or {}).get("conditions") or []
+    return {
+        "replicas": len(live),
+        "readyReplicas": ready,
+        "leasedReplicas": leased,
+        "selector": names.pool_selector(meta["name"]),
+        "observedGeneration": gen,
+        "demand": summary,
+        "conditions": c.merge(old, conds),
+    }
+
+
 def demand_summary(demand: list[RunDemand], replicas: int) -> dict[str, Any]:
     runs = sorted(demand, key=lambda d: d.run)
     return {
