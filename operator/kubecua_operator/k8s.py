@@ -1,14 +1,16 @@
 """Kubernetes API access in one place: REST paths per kind, and 404/409 handled here.
 
 Every call goes through `Kube.request`, which counts requests by verb for /metrics and the bench.
-Calls are blocking (the kubernetes client); async code runs them with `asyncio.to_thread`.
+Calls are blocking (the kubernetes client); async code runs them through `call`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import kopf
 from kubernetes import client, config
@@ -21,6 +23,7 @@ from kubecua_operator.metrics import API_REQUESTS
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 # kind -> (API prefix, plural). Our children and the kinds we watch.
 KINDS: dict[str, tuple[str, str]] = {
@@ -154,6 +157,12 @@ class Kube:
                 return False
             raise
         return any(r.get("name") == plural for r in out.get("resources", []))
+
+
+async def call(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call (a Kube method, events.post, ...) in the default executor's threads,
+    so a loop never blocks the others while the API answers."""
+    return await asyncio.to_thread(fn, *args)
 
 
 def adopt(obj: Obj, owner: Any) -> Obj:

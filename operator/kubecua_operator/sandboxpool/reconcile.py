@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 from kubecua_operator import conditions, events, metrics, names, statuswrite, tokens, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
-from kubecua_operator.k8s import Kube, adopt, controller_uid, kube
+from kubecua_operator.k8s import Kube, adopt, call, controller_uid, kube
 from kubecua_operator.ownership import NOT_OWNED, Issue, api_message, apply_owned, foreign
 from kubecua_operator.sandboxpool import backends, children, plan, prober, status
 from kubecua_operator.sandboxpool.model import (
@@ -69,10 +69,6 @@ class PoolMemory:
     written: statuswrite.Written = ("", "")  # resourceVersions around the last status write
     shared_issues: list[Issue] = field(default_factory=list)  # shared children not written
     foreign_services: dict[int, str] = field(default_factory=dict)  # index -> whose Service
-
-
-async def call(fn: Any, *args: Any) -> Any:
-    return await asyncio.to_thread(fn, *args)
 
 
 async def run_all(jobs: list[Any], limit: int) -> list[tuple[int, Any]]:
