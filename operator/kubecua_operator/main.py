@@ -13,19 +13,18 @@ from typing import Any
 
 import kopf
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
+from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import loops, metrics, names, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
+from kubecua_operator.parsed import parse_or_none
+from kubecua_operator.sandboxpool import backends
 from kubecua_operator.sandboxpool import reconcile as pools
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
-from kubecua_operator.sandboxpool.model import (
-    parse_pool,
-    summarize_object,
-    summarize_pod,
-    summarize_run_demand,
-)
-from kubecua_operator.trainingrun import model as run_model
+from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod, summarize_run_demand
 from kubecua_operator.trainingrun import reconcile as runs
+from kubecua_operator.trainingrun.model import bound_pool
 from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer_pod
 
 G, V = names.GROUP, names.VERSION
@@ -116,29 +115,29 @@ def _keep_indexes(kw: dict[str, Any]) -> None:
 
 
 @kopf.index(G, V, "sandboxpools")
-async def pool_readiness(**kw: Any) -> dict:
-    """Per pool: ready sandboxes, uid (its token Secret's name), backend and DemandMet, for its
-    runs."""
-    ready = int(kw["status"].get("readyReplicas") or 0)
-    backend = parse_pool(dict(kw["body"])).spec.backend
-    demand_met = runs.demand_met_of(dict(kw["status"]))
-    return {(kw["namespace"], kw["name"]): (ready, kw["uid"], backend, demand_met)}
+async def pool_readiness(**kw: Any) -> dict | None:
+    """Per pool, for its runs: ready sandboxes, its token Secret's name (its backend's) and
+    DemandMet. None for a spec that does not parse: its runs see no pool."""
+    pool = parse_or_none(dict(kw["body"]), SandboxPoolSpec)
+    if pool is None:
+        return None
+    secret = backends.get(pool.spec.backend).token_secret(pool.name, pool.uid)
+    return {(pool.namespace, pool.name): bound_pool(dict(kw["status"]), secret)}
 
 
 @kopf.index(G, V, "trainingruns")
 async def run_demand(**kw: Any) -> dict | None:
-    """Per pool: what each run naming it asks for (spec.sandboxes.capacity)."""
-    try:
-        run = run_model.parse(dict(kw["body"]))
-    except run_model.InvalidSpec:
-        return None  # its loop fails the run, naming the field; a failed run asks nothing
-    demand = summarize_run_demand(run)
-    return {(kw["namespace"], run.spec.sandboxes.pool_ref): demand} if demand else None
+    """Per pool: what each run naming it asks for (spec.sandboxes.capacity). A spec that does not
+    parse asks nothing: its loop fails the run, naming the field."""
+    run = parse_or_none(dict(kw["body"]), TrainingRunSpec)
+    demand = summarize_run_demand(run) if run else None
+    return {(run.namespace, run.spec.sandboxes.pool_ref): demand} if run and demand else None
 
 
 @kopf.index(G, V, "trainingruns")
 async def runs_by_pool(**kw: Any) -> dict | None:
-    pool = (kw["spec"].get("sandboxes") or {}).get("poolRef")
+    run = parse_or_none(dict(kw["body"]), TrainingRunSpec)
+    pool = run.spec.sandboxes.pool_ref if run else None
     return {(kw["namespace"], pool): kw["name"]} if pool else None
 
 
@@ -171,7 +170,8 @@ async def wake_run(**kw: Any) -> None:
 @kopf.on.event(G, V, "trainingruns")
 async def run_event(**kw: Any) -> None:
     _keep_indexes(kw)
-    pool = (kw["spec"].get("sandboxes") or {}).get("poolRef")
+    run = parse_or_none(dict(kw["body"]), TrainingRunSpec)
+    pool = run.spec.sandboxes.pool_ref if run else None
     if pool:  # its demand may have changed: started, suspended, finished, deleted
         wakeups.signal("SandboxPool", kw["namespace"], pool)
     RUN_LOOPS.observe(kw["type"], dict(kw["body"]))

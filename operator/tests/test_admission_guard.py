@@ -153,7 +153,9 @@ def owned_run(kube: Kube, namespace: str, **spec: Any) -> Obj:
 
 
 def trainer_job(run: Obj, uid: str = "0123456789abcdef") -> Obj:
-    return adopt(build_job(parse(run), Settings(), suspend=False, pool=(uid, "pod")), run)
+    pool = run["spec"]["sandboxes"].get("poolRef") or ""
+    token = names.own_token_secret(pool, uid)  # a pod pool's, as main.pool_readiness names it
+    return adopt(build_job(parse(run), Settings(), suspend=False, pool_token=token), run)
 
 
 def with_pod(job: Obj, change: Callable[[Obj], None]) -> Obj:

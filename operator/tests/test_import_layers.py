@@ -3,7 +3,9 @@ nothing imported), as trainer/tests/test_import_layers.py checks the trainer's:
 
 - no upward imports: a module of a subpackage (kubecua_operator.sandboxpool, .trainingrun, ...)
   imports no module outside it that imports the subpackage back, directly or through others
-  (imports under `if TYPE_CHECKING:` left out: they never run), but for the one exception below;
+  (imports under `if TYPE_CHECKING:` left out: they never run). A run's children learn the name
+  of its pool's token Secret from the pool_readiness index (main.py), not from the pool's
+  backends;
 - no two modules import each other, imports for types included.
 """
 
@@ -15,15 +17,9 @@ from kubecua_testkit.import_layers import import_graph, mutual_imports, upward_i
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# trainingrun/children.py imports sandboxpool.backends to learn the name of the pool's token
-# Secret, and the backends reach trainingrun.model through sandboxpool.model. Issue 34 item 3
-# removes it (the pool_readiness index will carry the Secret's name); until then it is the only
-# one allowed.
-ALLOWED = [("kubecua_operator.trainingrun.children", "kubecua_operator.sandboxpool.backends")]
 
-
-def test_the_operator_has_no_upward_imports_but_the_token_secret_one() -> None:
-    assert upward_imports(import_graph(ROOT, "kubecua_operator")) == ALLOWED
+def test_the_operator_has_no_upward_imports() -> None:
+    assert upward_imports(import_graph(ROOT, "kubecua_operator")) == []
 
 
 def test_no_two_operator_modules_import_each_other_even_for_types() -> None:
@@ -32,6 +28,6 @@ def test_no_two_operator_modules_import_each_other_even_for_types() -> None:
 
 def test_the_graph_reads_the_controllers_imports() -> None:
     graph = import_graph(ROOT, "kubecua_operator")
-    assert "kubecua_operator.sandboxpool.reconcile" in graph["kubecua_operator.main"]
+    assert "kubecua_operator.sandboxpool.loop" in graph["kubecua_operator.main"]
     assert "kubecua_operator.trainingrun.reconcile" in graph["kubecua_operator.main"]
     assert "kubecua_operator.k8s" in graph["kubecua_operator.trainingrun.reconcile"]

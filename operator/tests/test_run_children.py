@@ -79,16 +79,21 @@ def test_role_grants_discovery_and_own_status_only_and_no_secret():
     assert set(by_resource[("configmaps",)]["resourceNames"]) == {"qwen-config", "osworld-train"}
 
 
-def test_trainer_mounts_the_operator_made_token_of_a_pod_pool_and_nothing_by_guess():
+def test_trainer_mounts_the_bound_pools_token_and_nothing_by_guess():
+    # The name comes from the pool's index entry (test_pool_spec_parse.py checks it per backend).
     def secret(job: dict) -> list[str]:
         vols = job["spec"]["template"]["spec"]["volumes"]
         return [v["secret"]["secretName"] for v in vols if "secret" in v]
 
-    assert secret(build_job(RUN, Settings(), False, ("0f1e2d3c-aaaa", "pod"))) == [
+    assert secret(build_job(RUN, Settings(), False, "desks-sandbox-token-0f1e2d3caa")) == [
         "desks-sandbox-token-0f1e2d3caa"
     ]
-    assert secret(build_job(RUN, Settings(), False, ("u", "external"))) == ["desks-sandbox-token"]
-    assert secret(build_job(RUN, Settings(), False, None)) == []
+    assert secret(build_job(RUN, Settings(), False, None)) == []  # the pool not seen yet
+    own = parse({**BODY, "spec": {**BODY["spec"], "sandboxes": {
+        "poolRef": "desks", "tokenSecretRef": "mine-sandbox-token"}}})  # fmt: skip
+    assert secret(build_job(own, Settings(), False, "desks-sandbox-token")) == [
+        "mine-sandbox-token"
+    ]
 
 
 def test_run_network_policy_admits_only_the_runs_own_pods_and_the_metrics_port():

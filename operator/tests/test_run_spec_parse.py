@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubecua_operator.trainingrun.model import InvalidSpec, parse
+from kubecua_api.errors import InvalidSpec
+from kubecua_operator.trainingrun.model import parse
 from kubecua_operator.trainingrun.status import Observed, compute_run_status
 
 from .conftest import wait_until

@@ -14,7 +14,6 @@ import yaml
 from kubecua_api import lora
 from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import names
-from kubecua_operator.sandboxpool import backends
 from kubecua_operator.settings import Settings
 from kubecua_operator.trainingrun.model import Run
 
@@ -38,18 +37,15 @@ def _meta(run: Run, suffix: str, component: str) -> Obj:
     }
 
 
-def token_secret_name(spec: TrainingRunSpec, pool: tuple[str, str] | None = None) -> str | None:
+def token_secret_name(spec: TrainingRunSpec, pool_token: str | None = None) -> str | None:
     """The Secret mounted into the trainer: spec.sandboxes.tokenSecretRef (admission checks the
-    author may read it), else the pool's token. `pool` is the bound pool's (uid, backend): a pod
-    or KubeVirt pool's token is the one the operator made; an external pool's is its owner's
-    <pool>-sandbox-token. None while the pool is unknown: nothing is mounted by name guess."""
+    author may read it), else the bound pool's token, `pool_token`, as its backend names it (a
+    pod or KubeVirt pool's is the one the operator made; an external pool's is its owner's
+    <pool>-sandbox-token). None while the pool is unknown: nothing is mounted by name guess."""
     sandboxes = spec.sandboxes
     if sandboxes.token_secret_ref:
         return sandboxes.token_secret_ref
-    if not sandboxes.pool_ref or pool is None:
-        return None
-    uid, backend = pool
-    return backends.get(backend).token_secret(sandboxes.pool_ref, uid)
+    return pool_token if sandboxes.pool_ref else None
 
 
 def build_config_map(run: Run) -> Obj:

@@ -65,7 +65,7 @@ def processes_per_node(trainer: TrainerConfig) -> int:
     return max(1, trainer.gpus_per_node)  # one per GPU; one on the CPU
 
 
-def trainer_env(run: Run, pool: tuple[str, str] | None = None) -> list[Obj]:
+def trainer_env(run: Run, pool_token: str | None = None) -> list[Obj]:
     spec = run.spec
     child = names.run_child(run.name, "trainer")
     master = f"{child}-0.{child}"
@@ -82,7 +82,7 @@ def trainer_env(run: Run, pool: tuple[str, str] | None = None) -> list[Obj]:
         {"name": "KUBECUA_TRAININGRUN_NAMESPACE", "value": run.namespace},
         {"name": "KUBECUA_RESUME", "value": "latest"},
     ]
-    if token_secret_name(spec, pool):
+    if token_secret_name(spec, pool_token):
         env.append({"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/token"})
     if runs_sglang(spec):
         url = f"http://{names.run_child(run.name, 'sglang')}:{SGLANG_PORT}"
@@ -115,9 +115,7 @@ def trainer_resources(trainer: TrainerConfig) -> Obj:
     return res
 
 
-def volumes_and_mounts(
-    run: Run, pool: tuple[str, str] | None = None
-) -> tuple[list[Obj], list[Obj]]:
+def volumes_and_mounts(run: Run, pool_token: str | None = None) -> tuple[list[Obj], list[Obj]]:
     spec = run.spec
     config = {"name": names.run_child(run.name, "config")}
     volumes: list[Obj] = [
@@ -130,7 +128,7 @@ def volumes_and_mounts(
         {"name": "shm", "mountPath": "/dev/shm"},
         _checkpoint_mount(spec),
     ]
-    secret = token_secret_name(spec, pool)
+    secret = token_secret_name(spec, pool_token)
     if secret:
         volumes.append({"name": "sandbox-token", "secret": {"secretName": secret}})
         mounts.append({"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True})
@@ -145,20 +143,19 @@ def pod_labels(run: Run) -> dict[str, str]:
     return labels
 
 
-def build_job(
-    run: Run, settings: Settings, suspend: bool, pool: tuple[str, str] | None = None
-) -> Obj:
-    """`pool`: the bound pool's (uid, backend), which names the token Secret to mount."""
+def build_job(run: Run, settings: Settings, suspend: bool, pool_token: str | None = None) -> Obj:
+    """`pool_token`: the bound pool's token Secret (main.pool_readiness), mounted unless
+    spec.sandboxes.tokenSecretRef names another."""
     spec = run.spec
     nodes = spec.trainer.nodes
     child = names.run_child(run.name, "trainer")
-    volumes, mounts = volumes_and_mounts(run, pool)
+    volumes, mounts = volumes_and_mounts(run, pool_token)
     port = spec.metrics.port
     container: Obj = {
         "name": TRAINER_CONTAINER,
         "image": spec.trainer.image or settings.trainer_image,
         "command": trainer_command(spec.trainer),
-        "env": trainer_env(run, pool),
+        "env": trainer_env(run, pool_token),
         "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
         + ([{"name": "metrics", "containerPort": port}] if port else []),
         "resources": trainer_resources(spec.trainer),

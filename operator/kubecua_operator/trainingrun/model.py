@@ -1,4 +1,5 @@
-"""One pass's TrainingRun: the body as the watch delivered it, and its spec parsed once.
+"""One pass's TrainingRun: the body as the watch delivered it, and its spec parsed once; and what a
+run reads of the pool it names.
 
 The API server has applied the CRD's defaults and validation, so the builders read the typed spec
 (kubecua_api's TrainingRunSpec holds every default) and restate none. A spec that does not parse
@@ -8,43 +9,47 @@ never stops the operator.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import ValidationError
+from typing import Any, NamedTuple
 
 from kubecua_api.trainingrun import TrainingRunSpec
+from kubecua_operator import conditions
 from kubecua_operator.parsed import Parsed
+from kubecua_operator.parsed import parse as parse_spec
 
 Obj = dict[str, Any]
-
-
-class InvalidSpec(ValueError):
-    """The spec does not parse; the message names each field (spec.<path>: <why>)."""
-
 
 # the body: owner references, Events, status, and the trainer's ConfigMap (the spec verbatim)
 Run = Parsed[TrainingRunSpec]
 
 
 def parse(body: Obj) -> Run:
-    """Raises InvalidSpec.
+    """parsed.parse for a TrainingRun. Raises kubecua_api.errors.InvalidSpec."""
+    return parse_spec(body, TrainingRunSpec)
 
-    >>> parse({"spec": {"model": {"path": "/m"}, "sandboxes": {"poolRef": "p"},
-    ...                 "tasks": {"path": "/t"}, "steps": 1, "trainer": {"nodes": 0}}})
-    Traceback (most recent call last):
-    ...
-    kubecua_operator.trainingrun.model.InvalidSpec: spec.trainer.nodes: Input should be greater than or equal to 1
+
+class BoundPool(NamedTuple):
+    """What a run reads of the pool it names (main.pool_readiness keeps one per pool): the pool
+    decides its token Secret's name (its backend's), so the run's children need not know the
+    backends."""
+
+    ready: int  # status.readyReplicas
+    token_secret: str  # the Secret holding the pool's token, mounted into the trainer
+    demand_met: tuple[str, str, str] | None  # its DemandMet condition (status, reason, message)
+
+
+def bound_pool(pool_status: Obj, token_secret: str) -> BoundPool:
+    """A pool's entry for its runs, from its status and its token Secret's name.
+
+    >>> bound_pool({"readyReplicas": 2, "conditions": [{"type": "DemandMet", "status": "False",
+    ...             "reason": "CappedByMaxReplicas", "message": "3 of 5"}]}, "desks-sandbox-token")
+    BoundPool(ready=2, token_secret='desks-sandbox-token', demand_met=('False', 'CappedByMaxReplicas', '3 of 5'))
     """  # noqa: E501
-    try:
-        return Run(body, TrainingRunSpec.model_validate(body.get("spec") or {}))
-    except ValidationError as err:
-        raise InvalidSpec(describe(err)) from None
-
-
-def describe(err: ValidationError) -> str:
-    """Every error as spec.<path>: <message>, the path as kubectl writes it (urls[0])."""
-    found = []
-    for e in err.errors(include_url=False):
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
-        found.append(f"spec{path}: {e['msg']}")
-    return "; ".join(found)
+    cond = conditions.find(pool_status.get("conditions") or [], conditions.DEMAND_MET)
+    demand_met = None
+    if cond:
+        demand_met = (
+            str(cond.get("status")),
+            str(cond.get("reason", "")),
+            str(cond.get("message", "")),
+        )
+    return BoundPool(int(pool_status.get("readyReplicas") or 0), token_secret, demand_met)

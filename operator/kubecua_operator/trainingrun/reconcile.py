@@ -23,13 +23,14 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from kubecua_api.errors import InvalidSpec
 from kubecua_api.trainingrun import TrainingRunSpec
 from kubecua_operator import conditions, events, metrics, statuswrite, wakeups
 from kubecua_operator import settings as settings_mod
-from kubecua_operator.k8s import Kube, adopt, kube
+from kubecua_operator.k8s import Kube, adopt, call, kube
 from kubecua_operator.ownership import Issue, apply_owned, create_owned
 from kubecua_operator.trainingrun import children, job, model, status
-from kubecua_operator.trainingrun.model import Run
+from kubecua_operator.trainingrun.model import BoundPool, Run
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -43,10 +44,6 @@ class RunMemory:
     has_pod_monitors: bool | None = None
     last_status: Obj | None = None
     written: statuswrite.Written = ("", "")  # resourceVersions around the last status write
-
-
-async def call(fn: Any, *args: Any) -> Any:
-    return await asyncio.to_thread(fn, *args)
 
 
 def static_children(run: Run, with_pod_monitor: bool) -> list[Obj]:
@@ -92,14 +89,6 @@ def invalid_reason(spec: TrainingRunSpec) -> str:
     return children.sglang_volume_problem(spec)
 
 
-def demand_met_of(pool_status: Obj) -> tuple[str, str, str] | None:
-    """The pool's DemandMet condition as (status, reason, message), for its runs to show."""
-    cond = conditions.find(pool_status.get("conditions") or [], conditions.DEMAND_MET)
-    if not cond:
-        return None
-    return str(cond.get("status")), str(cond.get("reason", "")), str(cond.get("message", ""))
-
-
 def job_of(body: Obj, jobs: kopf.Index) -> status.JobView | None:
     found = list(jobs.get((body["metadata"]["namespace"], body["metadata"]["name"]), []))
     return found[0] if found else None
@@ -113,16 +102,16 @@ def observe(
     pool = spec.sandboxes.pool_ref
     if not pool:
         return status.Observed(found, None, invalid=invalid_reason(spec), pods=pods)
-    entries = list(pools.get((run.namespace, pool), []))
-    ready, uid, backend, demand_met = entries[0] if entries else (0, "", "", None)
+    entries: list[BoundPool] = list(pools.get((run.namespace, pool), []))
+    bound = entries[0] if entries else None
     return status.Observed(
         job=found,
-        ready_sandboxes=int(ready),
-        pool_found=bool(entries),
+        ready_sandboxes=bound.ready if bound else 0,
+        pool_found=bound is not None,
         invalid=invalid_reason(spec),
-        pool=(uid, backend) if entries else None,
+        pool_token=bound.token_secret if bound else None,
         pods=pods,
-        pool_demand=demand_met,
+        pool_demand=bound.demand_met if bound else None,
     )
 
 
@@ -156,7 +145,7 @@ async def drive_job(api: Kube, run: Run, seen: status.Observed) -> Issue | None:
         # account (the admission guard would refuse it; without the guard nothing would).
         ready = gate and not seen.invalid and not seen.issues
         if ready and old_phase not in TERMINAL and not (kueue and suspend):
-            body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool)
+            body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool_token)
             return await call(create_owned, api, adopt(body, run.body), run.uid)
         return None
     if seen.job.complete:
@@ -206,7 +195,7 @@ async def reconcile_run(
     spec: TrainingRunSpec | None = None
     try:
         run = model.parse(body)
-    except model.InvalidSpec as err:
+    except InvalidSpec as err:
         seen = status.Observed(job_of(body, jobs), None, invalid=str(err))
     else:
         spec, seen = run.spec, observe(run, jobs, pools, pods)

@@ -99,7 +99,7 @@ class Observed:
     ready_sandboxes: int | None  # None: no pool to wait for (static urls)
     pool_found: bool = True
     invalid: str = ""  # a reason the run can never start in a cluster
-    pool: tuple[str, str] | None = None  # the bound pool's (uid, backend)
+    pool_token: str | None = None  # the bound pool's token Secret (main.pool_readiness)
     pods: tuple[TrainerPod, ...] = ()  # trainer pods of the Job
     pool_demand: tuple[str, str, str] | None = None  # the pool's DemandMet (status, reason, msg)
     admission: Admission | None = None  # Kueue's word on the Job's Workload (spec.kueue)
