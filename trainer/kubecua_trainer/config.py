@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from kubecua_api.constants import API_VERSION, GROUP, TRAININGRUN_PLURAL, VERSION
 from kubecua_api.constants import TRAININGRUN_KIND as KIND
+from kubecua_api.errors import field_errors
 from kubecua_api.trainingrun import (
     AlgorithmConfig,
     CheckpointConfig,
@@ -72,14 +73,10 @@ class ConfigError(ValueError):
     """A TrainingRun that cannot be used; the message names every bad field by its YAML path."""
 
 
-def format_errors(err: ValidationError, prefix: str = "") -> str:
-    """One line per error: `spec.algorithm.groupSize: Input should be >= 2 (got 1)`."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
-        got = "" if e["type"] == "missing" else f" (got {e.get('input')!r:.60})"
-        lines.append(f"{loc or '<root>'}: {e['msg']}{got}")
-    return "\n".join(lines)
+def format_errors(err: ValidationError) -> str:
+    """One line per error, the path as kubectl writes it (kubecua_api.errors, as the operator's):
+    `spec.algorithm.groupSize: Input should be >= 2 (got 1)`."""
+    return "\n".join(field_errors(err, root="", inputs=True))
 
 
 def parse_training_run(obj: Any, source: str = "manifest") -> TrainingRun:

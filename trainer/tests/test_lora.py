@@ -252,7 +252,7 @@ def test_a_target_module_the_model_lacks_fails_the_run_at_start_naming_the_field
         ({"rank": 257}, "spec.model.lora.rank: Input should be less than or equal to 256"),
         ({"targetModules": []}, "spec.model.lora.targetModules: List should have at least 1"),
         ({"targetModules": ["lm_head"]}, "spec.model.lora.targetModules: Value error, lm_head"),
-        ({"targetModules": ["a b"]}, "spec.model.lora.targetModules.0: String should match"),
+        ({"targetModules": ["a b"]}, "spec.model.lora.targetModules[0]: String should match"),
         ({"dropout": 1.0}, "spec.model.lora.dropout: Input should be less than or equal to 0.9"),
     ],
 )
