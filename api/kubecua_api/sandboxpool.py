@@ -2,7 +2,8 @@
 with an episode server, discoverable by label.
 
 The CRD's schema is generated from these models (kubecua_api.crdgen); its CEL rules (immutable
-backend, one backend's settings only, replicas within maxReplicas) live in the CRD template.
+backend, one backend's settings only, replicas within maxReplicas, no recycling reset on an
+external pool) live in the CRD template.
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class Reset(ApiModel):
     strategy: Literal["inPlace", "recreate"] = Field(
         default="inPlace",
         description="inPlace: the episode server resets the desktop; recreate: the operator"
-        " replaces the sandbox after each episode.",
+        " replaces the sandbox after each episode (not on an external pool: inPlace only).",
     )
     verify: bool = Field(
         default=True,
@@ -202,7 +203,8 @@ class Reset(ApiModel):
     max_episodes_per_sandbox: int = Field(
         default=0,
         ge=0,
-        description="Replace a sandbox once it has served this many episodes; 0 never.",
+        description="Replace a sandbox once it has served this many episodes; 0 never (an"
+        " external pool: 0 only).",
     )
 
 

@@ -85,6 +85,26 @@ BAD = [
         with_spec(POOL, backend="external", desktop={"external": {"endpoints": ["ftp://x"]}}),
         "spec.desktop.external.endpoints[0]",
     ),
+    (  # the operator never recreates or replaces an external pool's machines
+        "recreate on external",
+        with_spec(
+            POOL,
+            backend="external",
+            reset={"strategy": "recreate"},
+            desktop={"external": {"endpoints": ["http://10.0.0.1:8000"]}},
+        ),
+        "spec.reset.strategy: Invalid value",
+    ),
+    (
+        "an episode cap on external",
+        with_spec(
+            POOL,
+            backend="external",
+            reset={"maxEpisodesPerSandbox": 5},
+            desktop={"external": {"endpoints": ["http://10.0.0.1:8000"]}},
+        ),
+        "spec.reset.maxEpisodesPerSandbox: Invalid value",
+    ),
     (
         "tiny screen",
         with_spec(POOL, desktop={"screen": {"width": 100}}),
@@ -527,6 +547,13 @@ GOOD = [
         },
     ),
     with_spec(POOL, replicas=4, maxReplicas=4),
+    with_spec(POOL, reset={"strategy": "recreate", "maxEpisodesPerSandbox": 5}),  # pods recycle
+    with_spec(  # an external pool's reset as the default has it, written out
+        POOL,
+        backend="external",
+        reset={"strategy": "inPlace", "maxEpisodesPerSandbox": 0, "verify": False},
+        desktop={"external": {"endpoints": ["http://10.0.0.1:8000"]}},
+    ),
     with_spec(RUN, sandboxes={"poolRef": "p", "capacity": {"episodes": 8, "spares": 2}}),
     with_spec(RUN, model={"path": "/m", "lora": {"rank": 256, "dropout": 0.9}}),
     with_spec(
