@@ -20,7 +20,8 @@ from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.parsed import parse_or_none
 from kubecua_operator.sandboxpool import backends
-from kubecua_operator.sandboxpool import reconcile as pools
+from kubecua_operator.sandboxpool import loop as pools
+from kubecua_operator.sandboxpool import view as pool_view
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
 from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod, summarize_run_demand
 from kubecua_operator.trainingrun import reconcile as runs
@@ -86,7 +87,7 @@ async def sandbox_slices(**kw: Any) -> dict:
 async def wake_pool(**kw: Any) -> None:
     key = (kw["namespace"], kw["labels"][POOL])
     if kw["type"] is None and key in POOL_LOOPS.live:  # from a list: the index may hold ghosts
-        pools.child_listed(*key)
+        pool_view.child_listed(*key)
     wakeups.signal("SandboxPool", kw["namespace"], kw["labels"][POOL])
 
 

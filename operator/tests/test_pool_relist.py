@@ -14,10 +14,13 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from kubecua_operator.apihealth import HEALTH
-from kubecua_operator.sandboxpool import plan, reconcile
+from kubecua_operator.sandboxpool import memory as pool_memory
+from kubecua_operator.sandboxpool import plan
+from kubecua_operator.sandboxpool import view as pool_view
+from kubecua_operator.sandboxpool.memory import PoolMemory
 from kubecua_operator.sandboxpool.model import READY, TERMINATING, Sandbox, Summary, parse_pool
-from kubecua_operator.sandboxpool.reconcile import PoolMemory, compare_with_list
 from kubecua_operator.sandboxpool.status import compute_status
+from kubecua_operator.sandboxpool.view import compare_with_list
 
 POOL = {"metadata": {"name": "desks", "namespace": "ns", "uid": "pool-uid"}}
 
@@ -52,12 +55,12 @@ def api_listing(monkeypatch):
         state["calls"] += 1
         return list(state["listed"])
 
-    monkeypatch.setattr(reconcile, "list_children", list_children)
+    monkeypatch.setattr(pool_view, "list_children", list_children)
     return state
 
 
 def observe(memory: PoolMemory, indexed: list[Summary]) -> set[str]:
-    kids = asyncio.run(reconcile.observed_children(None, POOL, indexed, memory))
+    kids = asyncio.run(pool_view.observed_children(None, POOL, indexed, memory))
     return {s.uid for s in kids}
 
 
@@ -96,14 +99,14 @@ def test_a_child_kopf_listed_makes_the_pool_list_again(api_listing):
     assert observe(memory, [pod("a"), pod("b")]) == {"a", "b"}
     assert api_listing["calls"] == 1
     api_listing["listed"] = [pod("a")]  # "b" deleted while the watch was down
-    reconcile.child_listed("ns", "desks")
+    pool_view.child_listed("ns", "desks")
     assert observe(memory, [pod("a"), pod("b")]) == {"a"}
     assert api_listing["calls"] == 2
     assert observe(memory, [pod("a"), pod("b")]) == {"a"}  # the ghost stays ignored
     assert api_listing["calls"] == 3  # a new ghost: listed once more, then the index is read
     assert observe(memory, [pod("a"), pod("b")]) == {"a"}
     assert api_listing["calls"] == 3
-    reconcile.LISTED.clear()
+    pool_view.LISTED.clear()
 
 
 def test_an_index_that_holds_a_child_in_an_older_state_has_not_caught_up():
@@ -122,9 +125,9 @@ def test_sandboxes_the_pass_deleted_are_not_ready_in_its_status_or_later_views()
     assert sorted(s.index for s, _ in step.delete) == [1, 2]
     memory = PoolMemory()
     results = [(1, "deleted"), (2, ApiException(status=500))]  # the second delete failed
-    assert reconcile.outcome(results, step, memory) == 0
+    assert pool_memory.outcome(results, step, memory) == 0
     assert memory.deleted == {"u1"}
-    view = reconcile.mark_deleted(boxes, memory.deleted)
+    view = pool_memory.mark_deleted(boxes, memory.deleted)
     assert [s.state for s in view] == [READY, TERMINATING, READY]
     st = compute_status(pool, view, step)
     assert (st["replicas"], st["readyReplicas"]) == (2, 2)

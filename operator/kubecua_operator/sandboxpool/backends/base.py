@@ -1,5 +1,6 @@
-"""The interface a SandboxPool backend implements. reconcile.py calls these methods and never asks
-which backend it has, so a new backend is one module here plus its entry in backends.KINDS.
+"""The interface a SandboxPool backend implements. A pass (reconcile.py, view.py, writes.py) calls
+these methods and never asks which backend it has, so a new backend is one module here plus its
+entry in backends.KINDS.
 
 The defaults fit a backend whose sandboxes are plain pods of the operator's making: the operator
 makes the pool's token Secret, needs nothing installed, lists nothing beyond its watched children
