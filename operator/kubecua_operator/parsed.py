@@ -63,7 +63,8 @@ def parse_or_none(body: dict[str, Any], model: type[SpecT]) -> Parsed[SpecT] | N
     traceback at every event of the object; the object's own loop reports the refusal (status,
     Event)."""
     meta = body.get("metadata") or {}
-    key = (str(body.get("kind", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
+    kind = str(body.get("kind") or model.__name__.removesuffix("Spec"))
+    key = (kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
     try:
         found = parse(body, model)
     except InvalidSpec as err:
