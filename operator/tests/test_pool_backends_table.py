@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from kubecua_api.sandboxpool import Reset
 from kubecua_operator import names
 from kubecua_operator.k8s import Kube, adopt
 from kubecua_operator.sandboxpool import backends, plan
@@ -294,19 +293,22 @@ def test_plan_options_and_token_secret_per_backend(kube, crds, namespace):
             },
         },
     )
-    spec, cap = backends.get("external").plan_options(external)
-    # The default reset (recycles nothing): the operator cannot recreate a machine it did not make
-    # (the API server refuses any other reset on an external pool: test_crd_validation.py).
-    assert (spec.reset, spec.max_replicas, cap) == (Reset(), 5, 2)
-    assert plan.recycle_after(spec.reset) == 0
+    far = backends.get("external")
+    options = plan.plan_options(external.spec, far.recycles, far.cap(external))
+    # Recycles nothing: the operator cannot recreate a machine it did not make (the API server
+    # refuses any reset but the default on an external pool: test_crd_validation.py).
+    assert (options, external.spec.max_replicas) == (plan.Options(recycle_after=0, cap=2), 5)
     # Runs' demand may raise the pool to maxReplicas, but not past its endpoints.
-    step = plan.make_plan(spec, [], {}, replace_allowed=True, burst=10, cap=cap, demand=5)
+    step = plan.make_plan(
+        external.spec, [], {}, replace_allowed=True, burst=10, options=options, demand=5
+    )
     assert (step.target, step.create) == (2, [0, 1])
     assert backends.get("external").token_secret("far", "u-1") == "far-sandbox-token"
     assert backends.get("external").shared_objects(external, OP_NS) == []
     pod_pool = admitted_pool(kube, namespace, "desks", {"reset": {"strategy": "recreate"}})
-    spec, cap = backends.get("pod").plan_options(pod_pool)
-    assert (spec.reset.strategy, cap) == ("recreate", None)
+    pod = backends.get("pod")
+    options = plan.plan_options(pod_pool.spec, pod.recycles, pod.cap(pod_pool))
+    assert options == plan.Options(recycle_after=1, cap=None)  # recreate: after each episode
     for kind in ("pod", "kubevirt"):
         assert backends.get(kind).token_secret("desks", "0d5e6f70-aaaa") == (
             "desks-sandbox-token-0d5e6f70aa"

@@ -6,7 +6,7 @@ import pytest
 
 from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator.sandboxpool.model import FAILED, PENDING, READY, TERMINATING, Probe, Sandbox
-from kubecua_operator.sandboxpool.plan import free_indexes, make_plan, scale_in_order
+from kubecua_operator.sandboxpool.plan import Options, free_indexes, make_plan, scale_in_order
 
 
 def boxes(*states: str, unschedulable: bool = False) -> list[Sandbox]:
@@ -88,7 +88,7 @@ def test_sandbox_is_recycled_after_max_episodes_but_never_while_leased():
 
 
 def test_external_pool_target_is_capped_by_its_endpoints():
-    step = plan({"replicas": 5, "warmSpares": 3}, [], cap=2)
+    step = plan({"replicas": 5, "warmSpares": 3}, [], options=Options(recycle_after=0, cap=2))
     assert step.target == 2
     assert step.create == [0, 1]
 

@@ -14,7 +14,7 @@ import kopf
 from kubecua_operator import metrics, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.loops import Live
-from kubecua_operator.sandboxpool import plan, prober
+from kubecua_operator.sandboxpool import backends, plan, prober
 from kubecua_operator.sandboxpool.memory import PoolMemory
 from kubecua_operator.sandboxpool.model import parse_pool
 from kubecua_operator.sandboxpool.reconcile import reconcile_pool
@@ -51,7 +51,8 @@ async def run_pool_loop(
     memory = PoolMemory()
 
     def want_status() -> bool:  # episode counts matter only to a pool that recycles
-        return plan.recycle_after(parse_pool(live.body).spec.reset) > 0
+        spec = parse_pool(live.body).spec
+        return plan.plan_options(spec, backends.get(spec.backend).recycles).recycle_after > 0
 
     poller = asyncio.create_task(probe_loop(key, memory, want_status))
     try:

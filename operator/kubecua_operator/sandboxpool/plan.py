@@ -8,6 +8,8 @@ when runs finish leaves only with idle sandboxes, and a leased one waits for its
 The churn guard lives here: sandboxes that are not ready yet cap further creation, and while any is
 unschedulable nothing more is created (agent-sandbox #1215: a pool that cannot schedule must hold,
 not create pods without bound).
+What the plan reads beside the spec's sizes is plan_options': when sandboxes are recycled (never on
+an external pool, whatever spec.reset says) and the most sandboxes the backend can have.
 """
 
 from __future__ import annotations
@@ -92,6 +94,29 @@ def free_indexes(used: set[int], count: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Options:
+    """What make_plan needs beside the spec's sizes: see plan_options."""
+
+    recycle_after: int  # episodes a sandbox serves before it is replaced; 0: never
+    cap: int | None = None  # the most sandboxes the pool can have; None: no bound but its replicas
+
+
+def plan_options(spec: SandboxPoolSpec, recycles: bool = True, cap: int | None = None) -> Options:
+    """What the plan reads of the spec and the backend. An external pool (its backend's
+    `recycles` is False) never recycles, whatever spec.reset says: the operator cannot recreate
+    a machine it did not make, and the CRD refuses any reset but the default there. `cap`: the
+    most sandboxes the backend can have (an external pool's endpoints).
+
+    >>> plan_options(SandboxPoolSpec.model_validate({"reset": {"strategy": "recreate"}}))
+    Options(recycle_after=1, cap=None)
+    >>> plan_options(SandboxPoolSpec.model_validate({"reset": {"maxEpisodesPerSandbox": 3}}),
+    ...              recycles=False, cap=2)
+    Options(recycle_after=0, cap=2)
+    """
+    return Options(recycle_after(spec.reset) if recycles else 0, cap)
+
+
 def make_plan(
     spec: SandboxPoolSpec,
     sandboxes: list[Sandbox],
@@ -99,12 +124,15 @@ def make_plan(
     *,
     replace_allowed: bool,
     burst: int,
-    cap: int | None = None,
+    options: Options | None = None,
     taken: set[int] | frozenset[int] = frozenset(),
     demand: int = 0,
 ) -> Plan:
-    """`taken`: indexes whose names are held by objects that are not this pool's (never reused).
+    """`options`: plan_options(spec, ...) of the pool's backend (None: a pod pool's).
+    `taken`: indexes whose names are held by objects that are not this pool's (never reused).
     `demand`: the summed spec.sandboxes.capacity of the pool's active runs."""
+    options = options or plan_options(spec)
+    cap = options.cap
     live = [s for s in sandboxes if s.state != TERMINATING]
     leased = {s.name for s in live if s.state == READY and _busy(probes, s.name)}
     plan = Plan(leased=len(leased))
@@ -114,7 +142,7 @@ def make_plan(
     plan.target = target_replicas(plan.replicas, spec.warm_spares, len(leased))
     if cap is not None:
         plan.target = min(plan.target, cap)
-    plan.delete = _replacements(spec.reset, live, probes, leased, replace_allowed)
+    plan.delete = _replacements(options.recycle_after, live, probes, leased, replace_allowed)
     doomed = {s.name for s, _ in plan.delete}
     keep = [s for s in live if s.name not in doomed]
     excess = len(keep) - plan.target
@@ -156,14 +184,15 @@ def recycle_after(reset: Reset) -> int:
 
 
 def _replacements(
-    reset: Reset,
+    limit: int,
     live: list[Sandbox],
     probes: dict[str, Probe],
     leased: set[str],
     replace_allowed: bool,
 ) -> list[tuple[Sandbox, str]]:
+    """Failed sandboxes (once replacing is allowed), and idle ones that served `limit`
+    episodes (Options.recycle_after)."""
     out = [(s, "Failed") for s in live if s.state == FAILED and replace_allowed]
-    limit = recycle_after(reset)
     if limit > 0:
         for s in live:
             probe = probes.get(s.name)

@@ -79,14 +79,14 @@ async def reconcile_pool(
     sandboxes = mark_deleted(backend.observe(pool, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     active = [d for d in demands if d.active]
-    plan_spec, cap = backend.plan_options(pool)
+    options = plan.plan_options(pool.spec, backend.recycles, backend.cap(pool))
     step = plan.make_plan(
-        plan_spec,
+        pool.spec,
         sandboxes,
         memory.probes,
         replace_allowed=track_failures(sandboxes, memory, cfg),
         burst=cfg.create_burst,
-        cap=cap,
+        options=options,
         taken=memory.taken,
         demand=sum(d.sandboxes for d in active),
     )
@@ -104,7 +104,7 @@ async def reconcile_pool(
     # What this pass deleted is no longer ready, whatever the view (taken before) said.
     sandboxes = mark_deleted(sandboxes, memory.deleted)
     new_status = status.compute_status(
-        pool, sandboxes, step, pool_issue(memory), created, active, cap
+        pool, sandboxes, step, pool_issue(memory), created, active, options.cap
     )
     metrics.set_pool_sandboxes(
         pool.namespace, pool.name, status.count_states(sandboxes, step.leased)

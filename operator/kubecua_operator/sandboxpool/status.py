@@ -42,7 +42,7 @@ def compute_status(
     replaces lost sandboxes would publish the count from before it replaced them). `demand`: the
     pool's active runs that ask for capacity; with any, status.demand and DemandMet say what they
     asked and whether spec.maxReplicas covers it (else both are removed). `cap`: the most
-    sandboxes the backend can have (an external pool's endpoints; Backend.plan_options)."""
+    sandboxes the backend can have (an external pool's endpoints; plan.plan_options)."""
     meta, spec = pool.body["metadata"], pool.spec
     gen = meta.get("generation", 0)
     live = [s for s in sandboxes if s.state != TERMINATING]

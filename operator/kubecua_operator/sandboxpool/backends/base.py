@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import Kube
 from kubecua_operator.sandboxpool.model import Pool, Probe, Sandbox, Summary
@@ -35,6 +34,8 @@ class Backend(ABC):
     # Sandboxes are pods: the pool's NetworkPolicy applies, sandbox Services select the pods,
     # and the operator makes the token Secret they mount.
     uses_pods: bool = True
+    # Sandboxes are the operator's to recreate, so spec.reset may recycle them (plan_options).
+    recycles: bool = True
 
     @abstractmethod
     def build(self, pool: Pool, index: int, settings: Settings) -> list[Obj]:
@@ -76,7 +77,6 @@ class Backend(ABC):
         whole sandboxes."""
         return []
 
-    def plan_options(self, pool: Pool) -> tuple[SandboxPoolSpec, int | None]:
-        """The spec plan.make_plan reads, and the most sandboxes the pool can have (None: no
-        bound besides its replicas)."""
-        return pool.spec, None
+    def cap(self, pool: Pool) -> int | None:
+        """The most sandboxes the pool can have (None: no bound besides its replicas)."""
+        return None

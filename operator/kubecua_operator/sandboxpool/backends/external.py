@@ -14,7 +14,6 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from kubecua_api.constants import URL_ANNOTATION
-from kubecua_api.sandboxpool import Reset, SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.sandboxpool.backends.base import Backend, Obj, Repair
 from kubecua_operator.sandboxpool.model import (
@@ -83,6 +82,7 @@ def build_slice(pool: Pool, index: int, ready: bool) -> Obj:
 
 class ExternalBackend(Backend):
     uses_pods = False  # no pods to mount a token or to select with a policy
+    recycles = False  # the operator cannot recreate a machine it did not make
 
     def build(self, pool: Pool, index: int, settings: Settings) -> list[Obj]:
         return [build_slice(pool, index, ready=False)]
@@ -111,10 +111,9 @@ class ExternalBackend(Backend):
         nothing for sandboxes it does not run."""
         return names.token_secret(pool)
 
-    def plan_options(self, pool: Pool) -> tuple[SandboxPoolSpec, int | None]:
-        """The default reset, which recycles nothing (the operator cannot recreate a machine it
-        did not make), and no more sandboxes than endpoints."""
-        return pool.spec.model_copy(update={"reset": Reset()}), len(endpoint_urls(pool))
+    def cap(self, pool: Pool) -> int | None:
+        """No more sandboxes than endpoints."""
+        return len(endpoint_urls(pool))
 
     def repairs(
         self, pool: Pool, children: list[Summary], probes: dict[str, Probe], settings: Settings
