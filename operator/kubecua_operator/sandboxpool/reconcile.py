@@ -125,7 +125,8 @@ async def report_deletion(
     saying so, with the sandboxes counted as they are. Nothing is created, repaired or
     replaced: the children go with the pool, and a sandbox made now would only be removed."""
     kids = await observed_children(api, pool.body, indexed, memory)
-    kids += await call(backend.extra_children, api, pool)
+    if not await not_installed(api, backend, memory):  # else there is nothing more to list
+        kids += await call(backend.extra_children, api, pool)
     sandboxes = mark_deleted(backend.observe(pool, kids, memory.probes), memory.deleted)
     memory.targets = {s.name: s.url for s in sandboxes if s.url and s.state != TERMINATING}
     leased = sum(s.state == READY and _is_busy(memory.probes.get(s.name)) for s in sandboxes)
