@@ -1,7 +1,14 @@
 """The last lines of `make demo`: held-out success untrained, after the warm-up and after GRPO,
-each with the number of episodes behind it, and where the curves and the report are. Reads what
-the run wrote (<out>/evaluations/history.jsonl, one line per evaluated step, and the same under
-<out>/untrained); prints nothing it did not find.
+each with the number of episodes behind it and its 95% interval, then whether GRPO's change is
+outside the noise, and where the curves and the report are. Reads what the run wrote
+(<out>/evaluations/history.jsonl, one line per evaluated step, each step's summary.json, and the
+same under <out>/untrained); prints nothing it did not find.
+
+Outside the noise: the warm-up's evaluation and the last one score the same held-out instances,
+so each instance is a pair (failed or succeeded, before and after). McNemar's exact test
+(bench/learning/paired.py) asks whether the instances that flipped to success outnumber those
+that flipped to failure by more than coin tosses would. Two Wilson intervals that overlap can
+still hide a paired change this test finds; two that do not overlap need no test.
 
     .venv/bin/python -m bench.learning.summary ../out/demo
 """
@@ -13,6 +20,10 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+from bench.learning import paired
+
+ALPHA = 0.05  # the demo's one test: a two-sided level, said in the line it prints
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -47,9 +58,49 @@ def history(out: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+def rise(out: Path, first: int, last: int) -> str | None:
+    """GRPO's change between two evaluations of the run, paired over the instances both scored,
+    with McNemar's exact p and the verdict at ALPHA; None when a summary.json is missing."""
+    paths = [out / "evaluations" / f"step-{s:04d}" / "summary.json" for s in (first, last)]
+    if not all(p.exists() for p in paths):
+        return None
+    test = paired.compare([(paired.outcomes(out, first), paired.outcomes(out, last))])
+    b, c, n = test["fail_to_success"], test["success_to_fail"], test["pairs"]
+    points = 100 * (b - c) / max(1, n)
+    if test["p"] < ALPHA:
+        word = "a rise" if b > c else "a fall"
+        verdict = f"{word} outside the noise (p < {ALPHA})"
+    else:
+        verdict = f"within the noise (p >= {ALPHA}): not shown to be a change"
+    return (
+        f"GRPO's change on the same {n} instances: {points:+.1f} points ({b} failed -> succeeded,"
+        f" {c} succeeded -> failed; McNemar exact p = {test['p']:.3g}): {verdict}"
+    )
+
+
+def training(out: Path) -> str | None:
+    """The GRPO steps' training episodes: success and shaped reward (spec.reward) per step, from
+    <out>/history.jsonl; None before any step."""
+    path = out / "history.jsonl"
+    steps = (
+        [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    )
+    if not steps:
+        return None
+    success = ", ".join(f"{s['success_rate']:.2f}" for s in steps)
+    shaped = ", ".join(
+        f"{s.get('shaped_reward_mean', s.get('reward_mean', 0.0)):.2f}" for s in steps
+    )
+    episodes = sum(int(s.get("episodes", 0)) for s in steps)
+    return (
+        f"GRPO's {len(steps)} steps ({episodes} training episodes): success per step {success};"
+        f" shaped reward per step {shaped}"
+    )
+
+
 def summary(out: Path) -> list[str]:
     """The untrained model's figure (<out>/untrained, when `make demo` evaluated it), then the
-    run's first evaluation (after the warm-up) and its last."""
+    run's first evaluation (after the warm-up) and its last, then the paired verdict."""
     evals = history(out)
     if not evals:
         return [f"no evaluation found ({out / 'evaluations/history.jsonl'} is missing)"]
@@ -60,6 +111,10 @@ def summary(out: Path) -> list[str]:
     labels = ["after the warm-up" if evals[0]["step"] == 0 else "first evaluation", "after GRPO"]
     shown = (evals[0], evals[-1]) if len(evals) > 1 else (evals[0],)
     lines += [f"  {labels[i]}, {line(e)}" for i, e in enumerate(shown)]
+    if len(evals) > 1 and (verdict := rise(out, evals[0]["step"], evals[-1]["step"])):
+        lines.append(verdict)
+    if steps := training(out):
+        lines.append(steps)
     for name in ("curves.png", "report.html"):
         if (out / name).exists():
             lines.append(f"{name.split('.')[0]}: {out / name}")
