@@ -138,30 +138,43 @@ def test_fuzz_desktop_api(
 PIECES = ["~", "..", ".", "$HOME", "escape", "link.txt", "secret.txt", "var", "tmp", "/var/tmp"]
 
 
+@pytest.fixture(scope="module")
+def path_client(fuzz_server: FuzzServer) -> Iterator[httpx.Client]:
+    """One client for every example: a new one builds an SSL context from the CA bundle each
+    time, which cost more than the requests themselves and took the test past its timeout on
+    a loaded 2-core machine."""
+    auth = {"Authorization": f"Bearer {fuzz_server.token}"}
+    with httpx.Client(base_url=fuzz_server.url, headers=auth, timeout=REQUEST_TIMEOUT_S) as c:
+        yield c
+
+
 @given(parts=st.lists(st.sampled_from(PIECES), min_size=1, max_size=8), lead=st.booleans())
 @settings(max_examples=MAX_EXAMPLES * 4, deadline=None, suppress_health_check=list(HealthCheck))
 def test_paths_never_leave_the_root(
-    fuzz_server: FuzzServer, escape_watch: None, parts: list[str], lead: bool
+    fuzz_server: FuzzServer,
+    path_client: httpx.Client,
+    escape_watch: None,
+    parts: list[str],
+    lead: bool,
 ) -> None:
     """Each path-taking route, fed paths assembled from escape pieces (some starting inside the
     root, some at /var/tmp where the canary is): a 4xx, or an answer about a path that really is
     inside the root; the canary is never read (_check) nor written (escape_watch)."""
     raw = (str(fuzz_server.allowed) + "/" if lead else "") + "/".join(parts)
     raw = raw.replace("/var/tmp", str(fuzz_server.canary.parent)) if not lead else raw
-    auth = {"Authorization": f"Bearer {fuzz_server.token}"}
-    with httpx.Client(base_url=fuzz_server.url, headers=auth, timeout=REQUEST_TIMEOUT_S) as c:
-        for resp in (
-            c.post("/file", data={"file_path": raw}),
-            c.post("/list_directory", json={"path": raw}),
-            c.post("/setup/change_wallpaper", json={"path": raw}),
-            c.post("/setup/upload", data={"file_path": raw}, files={"file_data": b"overwritten"}),
-        ):
-            _check(resp, f"{resp.request.url.path} {raw!r}")
-            # As the server expands them: ~ and $HOME are the session's home, not ours.
-            home = str(fuzz_server.home)
-            real = Path(re.sub(r"^~", home, raw).replace("$HOME", home)).resolve()
-            if resp.status_code < 300:
-                assert real.is_relative_to(fuzz_server.allowed.resolve()), (raw, resp.text)
+    c = path_client
+    for resp in (
+        c.post("/file", data={"file_path": raw}),
+        c.post("/list_directory", json={"path": raw}),
+        c.post("/setup/change_wallpaper", json={"path": raw}),
+        c.post("/setup/upload", data={"file_path": raw}, files={"file_data": b"overwritten"}),
+    ):
+        _check(resp, f"{resp.request.url.path} {raw!r}")
+        # As the server expands them: ~ and $HOME are the session's home, not ours.
+        home = str(fuzz_server.home)
+        real = Path(re.sub(r"^~", home, raw).replace("$HOME", home)).resolve()
+        if resp.status_code < 300:
+            assert real.is_relative_to(fuzz_server.allowed.resolve()), (raw, resp.text)
     fuzz_server.cases[1] += 4
 
 
