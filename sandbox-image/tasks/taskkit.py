@@ -60,10 +60,13 @@ def task(
     apps: list[str] | None = None,
     folder: str | None = None,
     partial: dict | None = None,
+    solutions: dict[str, list] | None = None,
 ) -> None:
     """Register a task; its files go to <folder or area>/<tid>.json (a family's split folders).
     `partial`: a desktop-env metric with a value in 0..1 (getter, func, expected, as in
-    `evaluator`) that scores partial progress, for shaped rewards; success stays the evaluator's."""
+    `evaluator`) that scores partial progress, for shaped rewards; success stays the evaluator's.
+    `solutions`: further named action lists for <tid>.solutions.json beside reference and wrong
+    (a family's demonstrator, which the recorder plays with --solution NAME), each ending DONE."""
     TASKS.append(
         {
             "area": area,
@@ -76,6 +79,7 @@ def task(
             "wrong": [*wrong, DONE],
             "folder": folder or area,
             "partial": partial,
+            "solutions": {k: [*v, DONE] for k, v in (solutions or {}).items()},
         }
     )
 
@@ -135,7 +139,7 @@ def task_files() -> dict[str, str]:
             "difficulty": max(1, len(t["reference"]) - 1),
         }
         files[f"{t['folder']}/{t['id']}.json"] = json.dumps(body, indent=2) + "\n"
-        sols = {"reference": t["reference"], "wrong": t["wrong"]}
+        sols = {"reference": t["reference"], "wrong": t["wrong"], **t["solutions"]}
         files[f"{t['folder']}/{t['id']}.solutions.json"] = json.dumps(sols, indent=2) + "\n"
     return {**files, **FILES}
 

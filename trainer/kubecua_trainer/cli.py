@@ -83,6 +83,12 @@ def _demonstration_commands(sub: Any) -> None:
     rec.add_argument("--out", type=Path, required=True, help="folder for demonstrations.jsonl")
     rec.add_argument("--repeats", type=int, default=1, help="episodes per task (default 1)")
     rec.add_argument("--timeout", type=float, default=300.0, help="seconds per episode")
+    rec.add_argument(
+        "--solution",
+        default="reference",
+        help="the <id>.solutions.json entry to play (default reference; e.g. a task family's"
+        " biased demonstrator, `demonstration`)",
+    )
     exp = sub.add_parser("export-successes", help="a run's successful episodes as demonstrations")
     exp.add_argument("run_dir", type=Path, help="the run's output folder (outputDir)")
     exp.add_argument("--to", type=Path, required=True, help="the new trajectory JSONL file")
@@ -111,6 +117,7 @@ def _demonstrations(args: argparse.Namespace) -> int:
                 args.token_file,
                 args.repeats,
                 args.timeout,
+                args.solution,
             )
         )
     except (ConfigError, FileNotFoundError) as err:

@@ -43,6 +43,41 @@ def test_colourkeys_heldout_sequences_are_new_compositions_of_demonstrated_keys(
     assert all(t["partial"]["func"] == "fuzzy_match" for t in heldout)
 
 
+def test_colourkeys_demonstrator_is_biased_as_family_json_states() -> None:
+    """The warm-up's demonstrations come from the biased demonstrator: on each confused colour
+    it presses the stated wrong key on exactly round(rate x squares) of the demonstrated
+    squares of that colour, every other square right; the references stay right."""
+    assert COLOURKEYS.warmup_solution == "demonstration"
+    keys = {s["name"]: s["key"] for s in COLOURKEYS.meta["symbols"]}
+    confusions = {keys[c["symbol"]]: c for c in COLOURKEYS.meta["confusions"]}
+    assert {k: c["pressed"] for k, c in confusions.items()} == {"r": "m", "g": "y"}
+    pressed: dict[str, list[str]] = {k: [] for k in keys.values()}
+    warm = {t["id"] for t in COLOURKEYS.warmup_tasks()}
+    for task in COLOURKEYS.split("train") + COLOURKEYS.split("heldout"):
+        want = family.expected_text(task)
+        assert family.offline_reward(task, family.reference_replies(task)) == 1.0
+        shown = "".join(family.typed_text(r) or "" for r in
+                        family.reference_replies(task, "demonstration"))  # fmt: skip
+        if task["id"] not in warm:
+            assert shown == want  # no demonstration: the reference stands in
+            continue
+        assert len(shown) == len(want)
+        for right, key in zip(want, shown, strict=True):
+            pressed[right].append(key)
+    for right, did in pressed.items():
+        c = confusions.get(right)
+        if c is None:
+            assert set(did) == {right}, right  # an unconfused colour: always right
+            continue
+        wrong = did.count(c["pressed"])
+        assert (len(did), wrong) == (c["squares"], c["confused"])
+        assert wrong == round(c["rate"] * len(did))
+        assert wrong + did.count(right) == len(did)  # the rest pressed right
+    # The demonstrations fail the evaluator where the demonstrator was confused.
+    rby = next(t for t in COLOURKEYS.warmup_tasks() if t["id"] == "colourkeys-rby")
+    assert family.offline_reward(rby, family.reference_replies(rby, "demonstration")) == 0.0
+
+
 def test_colourkeys_screen_puts_each_square_on_one_image_token() -> None:
     task = next(t for t in COLOURKEYS.split("heldout") if t["id"] == "colourkeys-rgb")
     screen = COLOURKEYS.screen(task)

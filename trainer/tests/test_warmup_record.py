@@ -42,6 +42,21 @@ def test_references_outside_the_action_space_are_skipped_with_a_reason() -> None
     assert skipped[0].startswith("create-hello-file: its reference is not in the agent's action")
 
 
+def test_record_plays_the_solution_entry_it_is_told_to() -> None:
+    """--solution demonstration: a task family's biased demonstrator (colourkeys pressed m for
+    the red square of colourkeys-rby) instead of the reference; a task without that entry is
+    skipped, saying so."""
+    ck = TASKS / "colourkeys" / "train"
+    refs, skipped = load_references(ck, ["colourkeys-rby", "colourkeys-bgb"], "demonstration")
+    assert [r.task_id for r in refs] == ["colourkeys-rby"]
+    assert refs[0].replies[:3] == [f"```python\npyautogui.press('{k}')\n```" for k in "mby"]
+    assert skipped == [
+        "colourkeys-bgb: colourkeys-bgb.solutions.json has no demonstration steps; skipped"
+    ]
+    (ref,), _ = load_references(ck, ["colourkeys-rby"])
+    assert ref.replies[0] == "```python\npyautogui.press('r')\n```"
+
+
 async def replay(leases: SandboxLeases, token: str | None, demo: Trajectory) -> float:
     """Start the demonstration's task afresh, send its recorded actions, return the score."""
     (task,) = load_tasks(TasksConfig(path=str(TASKS), ids=[demo.task_id]))

@@ -151,3 +151,18 @@ COLOURKEYS_SAMPLE = [
 @pytest.mark.gui
 def test_colourkeys_instances_are_graded(sandbox: LocalSandbox) -> None:
     _assert_graded(_run_suite(sandbox, COLOURKEYS_SAMPLE))
+
+
+@pytest.mark.gui
+def test_colourkeys_biased_demonstration_fails_the_evaluator(sandbox: LocalSandbox) -> None:
+    """The warm-up's demonstrator (family.json confusions) pressed m for the red square of
+    colourkeys-rby: the evaluator, which the reference satisfies, scores that 0."""
+    task, sols = _load(COLOURKEYS / "train/colourkeys-rby.json")
+    keys = [a["action"] for a in sols["demonstration"]]
+    assert keys == ["pyautogui.press('m')", "pyautogui.press('b')", "pyautogui.press('y')", "DONE"]
+
+    async def run() -> float:
+        async with SandboxClient(sandbox.url, sandbox.token, timeout=180) as sb:
+            return await _score(sb, task, sols["demonstration"])
+
+    assert asyncio.run(run()) == 0.0

@@ -57,6 +57,12 @@ class Family:
         return [str(x) for x in self.meta["warmup"]]
 
     @property
+    def warmup_solution(self) -> str:
+        """The solutions entry the warm-up's demonstrations are played from: "reference", or
+        a family's biased demonstrator (family.json warmupSolution; colourkeys_tasks.py)."""
+        return str(self.meta.get("warmupSolution", "reference"))
+
+    @property
     def max_pixels(self) -> int:
         return int(self.meta["rollout"]["maxPixels"])
 
@@ -65,7 +71,9 @@ class Family:
         return int(self.meta["rollout"]["maxTurns"])
 
     def split(self, split: str) -> list[dict[str, Any]]:
-        """The tasks of one split with their reference solutions (`reference` key), by id."""
+        """The tasks of one split with their reference solutions (`reference` key) and what the
+        warm-up's demonstrator does on them (`demonstration`; the reference unless the family
+        names another solution), by id."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         tasks = []
@@ -75,6 +83,7 @@ class Family:
             task = json.loads(path.read_text())
             sols = json.loads(path.with_suffix(".solutions.json").read_text())
             task["reference"] = sols["reference"]
+            task["demonstration"] = sols.get(self.warmup_solution, sols["reference"])
             tasks.append(task)
         return tasks
 
@@ -113,9 +122,10 @@ def load(folder: str | Path | None = None) -> Family:
     return Family(Path(folder).resolve() if folder else DEFAULT)
 
 
-def reference_replies(task: dict[str, Any]) -> list[str]:
-    """The replies that carry the instance's reference actions, DONE left out."""
-    return [reply_text(a["action"]) for a in task["reference"] if a["action"] != "DONE"]
+def reference_replies(task: dict[str, Any], solution: str = "reference") -> list[str]:
+    """The replies that carry the instance's reference actions (or those of another solution
+    entry that Family.split loaded, e.g. "demonstration"), DONE left out."""
+    return [reply_text(a["action"]) for a in task[solution] if a["action"] != "DONE"]
 
 
 def expected_text(task: dict[str, Any]) -> str:

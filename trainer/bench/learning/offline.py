@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import copy
 import json
+import os
 import random
 import time
 from typing import Any
@@ -110,12 +111,14 @@ class Offline:
         )
 
     def demo_samples(self, task: dict[str, Any], done: bool = True) -> list[Sample]:
-        """The reference replies (and DONE, as the recorder plays it, unless `done` is False)
+        """The demonstrator's replies (the reference's unless the family has a biased
+        demonstrator; and DONE, as the recorder plays it, unless `done` is False)
         as trained samples, as the warm-up builds a demonstration, each turn with the screen
         the window shows then."""
         ctx, typed = self.context(task), 0
         im_end = self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        for t, reply in enumerate([*reference_replies(task), *(["DONE"] if done else [])]):
+        replies = reference_replies(task, "demonstration")
+        for t, reply in enumerate([*replies, *(["DONE"] if done else [])]):
             text = first_user_text(task["instruction"]) if t == 0 else next_user_text(t + 1)
             ctx.add_user(text, self.image(task, typed))
             ctx.prompt()
@@ -168,6 +171,41 @@ class Offline:
         )
         return [[r[0] for r in results[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
+    async def first_keys(self, tasks: list[dict[str, Any]], n: int = 8) -> dict[str, Any]:
+        """Per colour of the leftmost square on the first screen (by its right key): how often
+        the greedy reply presses the right key, and how often n replies at temperature 1 do,
+        with the keys greedy pressed instead. Shows a biased demonstrator's mark: greedy wrong
+        on a confused colour while sampling still finds the right key."""
+        stop = int(self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        rows: dict[str, dict[str, Any]] = {}
+
+        async def first(task: dict[str, Any], temperature: float) -> str:
+            ctx = self.context(task)
+            ctx.add_user(first_user_text(task["instruction"]), self.image(task))
+            ids, images = ctx.prompt()
+            sampling = SamplingParams(temperature, 1.0, self.algo.max_new_tokens, (stop,))
+            gen = await self.engine.generate(ids, images, sampling)
+            reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            return (typed_text(reply) or "?")[:1]
+
+        for task in tasks:
+            want = expected_text(task)[0]
+            greedy, *sampled = await asyncio.gather(
+                first(task, 0.0), *(first(task, 1.0) for _ in range(n))
+            )
+            row = rows.setdefault(want, {"tasks": 0, "greedy": 0, "sampled": 0, "instead": {}})
+            row["tasks"] += 1
+            row["greedy"] += greedy == want
+            row["sampled"] += sum(k == want for k in sampled)
+            if greedy != want:
+                row["instead"][greedy] = row["instead"].get(greedy, 0) + 1
+        return {
+            k: {"greedy_right": round(r["greedy"] / r["tasks"], 3),
+                "sampled_right": round(r["sampled"] / (r["tasks"] * n), 3),
+                "greedy_instead": r["instead"], "tasks": r["tasks"]}
+            for k, r in sorted(rows.items())
+        }  # fmt: skip
+
     async def stop_rule(self, tasks: list[dict[str, Any]], k: int) -> tuple[float, float]:
         """(greedy pass@1, pass@k at temperature 1) over the tasks."""
         greedy = await self.success(tasks)
@@ -217,6 +255,13 @@ class Warmup:
             self.epochs += 1
 
 
+def stop_here(check: dict[str, Any], args: argparse.Namespace) -> bool:
+    """spec.warmup.stopWhen's rule: greedy pass@1 in the window and pass@k above its floor,
+    or greedy pass@1 above the window (overshot)."""
+    p1, pk = check["pass1"], check[f"pass{args.k}"]
+    return bool((p1 >= args.pass1_min and pk >= args.passk_min) or p1 > args.pass1_max)
+
+
 def rate(rows: list[list[float]]) -> float:
     return round(sum(r[0] for r in rows) / len(rows), 4)
 
@@ -240,36 +285,59 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     shot = Image.open(args.screenshot) if args.screenshot else None
     off = Offline(args.model, fam, algo, shot, args.system or None, device=args.device)
     off.partial_weight = args.partial_weight
-    untrained = rate(await off.success(heldout))
+    untrained = None if args.no_untrained else rate(await off.success(heldout))
     demos = fam.warmup_tasks()[: args.demos or None]
     warm = Warmup(off, demos, args.warmup_lr, args.warmup_batch, seed)
     probe = random.Random(seed).sample(train, min(args.probe, len(train)))
-    checks = []
+    checks: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    while warm.epochs < args.max_epochs:
+    warm_file = args.warm_dir and f"{args.warm_dir}/warm-seed{seed}.pt"
+    if warm_file and os.path.exists(warm_file):  # the same seed's warm-up, run before
+        saved = torch.load(warm_file, weights_only=False)
+        off.policy.model.load_state_dict(saved["model"])
+        warm.optimizer.load_state_dict(saved["optimizer"])
+        warm.rng.setstate(saved["rng"])
+        warm.epochs, checks = saved["epochs"], saved["checks"]
+    while not checks or not stop_here(checks[-1], args):
+        if warm.epochs >= args.max_epochs:
+            break
         warm.run(args.check_every)
         p1, pk = await off.stop_rule(probe, args.k)
         checks.append({"epochs": warm.epochs, "pass1": p1, f"pass{args.k}": pk})
         print(f"seed {seed}: warm-up {warm.epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
-        if p1 >= args.pass1_min and pk >= args.passk_min:
-            break
     warm_seconds = time.monotonic() - t0
-    start = rate(await off.success(heldout))
+    if warm_file and not os.path.exists(warm_file):
+        state = {"model": off.policy.model.state_dict(), "optimizer": warm.optimizer.state_dict(),
+                 "rng": warm.rng.getstate(), "epochs": warm.epochs, "checks": checks}  # fmt: skip
+        torch.save(state, warm_file)
+    start_rows = [r[0] for r in await off.success(heldout)]
+    start = round(sum(start_rows) / len(start_rows), 4)
+    keys = {"start": await off.first_keys(heldout)}
     warmed = copy.deepcopy(off.policy.model.state_dict())
     print(f"seed {seed}: held-out untrained {untrained}, warmed {start}", flush=True)
+    print(f"  first keys: {json.dumps(keys['start'])}", flush=True)
     rng, per_step = random.Random(seed), []
     t0 = time.monotonic()
     for step in range(args.steps):
         per_step.append(await off.grpo_step(rng.sample(train, args.tasks), step))
-        print(f"  step {step + 1}: train success {per_step[-1]:.3f}", flush=True)
+        print(f"  step {step + 1}: train success {per_step[-1]:.3f}"
+              f" ({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip
     grpo_seconds = time.monotonic() - t0
     grpo_rows = await off.success(heldout)
+    keys["grpo"] = await off.first_keys(heldout)
+    print(f"seed {seed}: held-out after GRPO {rate(grpo_rows)}", flush=True)
+    print(f"  first keys: {json.dumps(keys['grpo'])}", flush=True)
+    print("grpo-outcomes " + json.dumps({"seed": seed, "start": start_rows,
+          "grpo": [r[0] for r in grpo_rows]}), flush=True)  # fmt: skip
+    sft_seconds = min(grpo_seconds, args.sft_max_seconds or grpo_seconds)
     off.policy.model.load_state_dict(warmed)
     t0, sft_epochs = time.monotonic(), 0
-    while time.monotonic() - t0 < grpo_seconds:
+    while time.monotonic() - t0 < sft_seconds:
         warm.run(1)
         sft_epochs += 1
+    sft_spent = time.monotonic() - t0
     sft_rows = await off.success(heldout)
+    keys["sft"] = await off.first_keys(heldout)
     await off.engine.close()
     return {
         "seed": seed,
@@ -279,7 +347,15 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "heldout_start": start,
         "heldout_grpo": rate(grpo_rows),
         "heldout_sft": rate(sft_rows),
+        # per held-out instance (sorted by id) 1/0: McNemar pairs them across arms and seeds
+        "heldout_outcomes": {
+            "start": start_rows,
+            "grpo": [r[0] for r in grpo_rows],
+            "sft": [r[0] for r in sft_rows],
+        },
+        "first_keys": keys,
         "sft_epochs": sft_epochs,
+        "sft_seconds": round(sft_spent, 1),
         "train_success_per_step": [round(x, 3) for x in per_step],
         "grpo_seconds": round(grpo_seconds, 1),
     }
@@ -303,6 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--probe", type=int, default=16, help="training instances the rule measures")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--pass1-min", type=float, default=0.2)
+    p.add_argument("--pass1-max", type=float, default=1.0, help="above it: overshot, stop")
     p.add_argument("--passk-min", type=float, default=0.7)
     p.add_argument("--system", default=BENCH_PROMPT, help="system prompt ('': the agent's own)")
     p.add_argument("--json", help="write the results here too")
@@ -311,6 +388,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--turn-discount", type=float, default=1.0)
     p.add_argument("--demos", type=int, default=0, help="only the first N demonstrations")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--no-untrained", action="store_true", help="skip the untrained evaluation")
+    p.add_argument("--warm-dir", help="keep each seed's warm-up here and start from it when there")
+    p.add_argument("--sft-max-seconds", type=float, default=0.0,
+                   help="cap the continued-SFT arm (default: GRPO's wall time)")  # fmt: skip
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     runs = [asyncio.run(one_seed(args, s)) for s in args.seeds]

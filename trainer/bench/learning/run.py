@@ -112,7 +112,8 @@ def bench_model(cache: Path, fam: Family) -> Path:
 async def demonstrations(
     cache: Path, fam: Family, urls: list[str] | None, token_file: Path | None
 ) -> Path:
-    """The warm-up instances' reference solutions, recorded on the desktops at `urls` (or on 2
+    """The warm-up instances' demonstrations (their reference solutions, or the family's
+    demonstrator's: family.json warmupSolution), recorded on the desktops at `urls` (or on 2
     local ones the recorder starts), cached by a hash of the tasks and the recorder."""
     from kubecua_trainer.warmup import record
 
@@ -125,6 +126,7 @@ async def demonstrations(
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     argv = ["record", "--tasks", str(train), "--ids", *ids, "--out", str(tmp)]
+    argv += ["--solution", fam.warmup_solution]
     argv += ["--urls", *urls, "--token-file", str(token_file)] if urls else ["--local", "2"]
     await _python(argv, None)
     tmp.rename(out)
@@ -160,7 +162,12 @@ def manifest(
             "sandboxes": {"urls": urls, "minReady": len(urls)},
             "tasks": {"path": str(fam.folder / "train")},
             "evaluation": evaluation,
-            "warmup": {"demonstrations": str(demos), **(warmup or RECIPE["warmup"])},
+            "warmup": {
+                "demonstrations": str(demos),
+                # a biased demonstrator's episodes fail the evaluator: the warm-up takes them all
+                "successesOnly": fam.warmup_solution == "reference",
+                **(warmup or RECIPE["warmup"]),
+            },
             "algorithm": {**RECIPE["algorithm"], "learningRate": lr, "maxTurns": fam.max_turns},
             "rollout": {
                 **RECIPE["rollout"],

@@ -88,8 +88,11 @@ def _is_wait(stmt: ast.stmt) -> bool:
     return isinstance(call, ast.Call) and ast.unparse(call.func) == "time.sleep"
 
 
-def load_references(tasks: Path, ids: list[str] | None) -> tuple[list[Reference], list[str]]:
-    """(the tasks' usable references, a message per skipped task)."""
+def load_references(
+    tasks: Path, ids: list[str] | None, solution: str = "reference"
+) -> tuple[list[Reference], list[str]]:
+    """(the tasks' usable references, a message per skipped task). solution: the solutions
+    file's entry to play (`reference`, or e.g. a family's biased `demonstration`)."""
     root = tasks if tasks.is_dir() else tasks.parent
     solutions = {p.name.removesuffix(".solutions.json"): p for p in root.rglob("*.solutions.json")}
     refs, skipped = [], []
@@ -98,14 +101,14 @@ def load_references(tasks: Path, ids: list[str] | None) -> tuple[list[Reference]
         if tid not in solutions:
             skipped.append(f"{tid}: no {tid}.solutions.json beside the task; skipped")
             continue
-        steps = json.loads(solutions[tid].read_text()).get("reference") or []
+        steps = json.loads(solutions[tid].read_text()).get(solution) or []
         try:
             replies = [_reply(step) for step in steps]
         except ParseError as err:
             skipped.append(f"{tid}: its reference is not in the agent's action space ({err})")
             continue
         if not replies:
-            skipped.append(f"{tid}: {solutions[tid].name} has no reference steps; skipped")
+            skipped.append(f"{tid}: {solutions[tid].name} has no {solution} steps; skipped")
             continue
         refs.append(Reference(task, replies))
     return refs, skipped
@@ -226,11 +229,13 @@ async def record_command(
     token_file: Path | None = None,
     repeats: int = 1,
     episode_seconds: float = 300.0,
+    solution: str = "reference",
 ) -> list[str]:
     """`python -m kubecua_trainer record`: start (local) or reach (urls) the sandboxes, record
-    every usable reference, stop what was started; returns the lines to print."""
+    every usable reference (or `solution` entry), stop what was started; returns the lines to
+    print."""
     check_out(out)
-    refs, skipped = load_references(tasks, ids)
+    refs, skipped = load_references(tasks, ids, solution)
     if not refs:
         raise ConfigError(f"--tasks {tasks}: no task with a usable reference: {skipped}")
     sandboxes = (
