@@ -35,6 +35,9 @@ class Dist:
     world: int = 1
     local_rank: int = 0
     joined: bool = False  # in a process group (a world of one only when a bench asks for it)
+    # A subgroup of the world (placement disaggregated: the learning processes, ranks 0..world-1
+    # of the job, so a group rank is also the job's rank); None: the whole job.
+    group: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -60,7 +63,7 @@ class Dist:
         if not self.enabled:
             return [obj]
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def broadcast(self, obj: T) -> T:
@@ -68,7 +71,7 @@ class Dist:
         if not self.enabled:
             return obj
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def gather_to_main(self, obj: T) -> list[T] | None:
@@ -76,7 +79,7 @@ class Dist:
         if not self.enabled:
             return [obj]
         out: list[Any] | None = [None] * self.world if self.is_main else None
-        dist.gather_object(obj, out, dst=0)
+        dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def scatter_from_main(self, objs: list[T] | None) -> T:
@@ -89,7 +92,7 @@ class Dist:
             assert objs is not None
             return objs[0]
         box: list[Any] = [None]
-        dist.scatter_object_list(box, objs if self.rank == src else None, src=src)
+        dist.scatter_object_list(box, objs if self.rank == src else None, src=src, group=self.group)
         return box[0]
 
     def any(self, flag: bool) -> bool:
@@ -97,22 +100,22 @@ class Dist:
         if not self.enabled:
             return flag
         t = torch.tensor([int(flag)], device=self._collective_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return bool(t.item())
 
     def sum(self, values: list[float]) -> list[float]:
         if not self.enabled:
             return values
         t = torch.tensor(values, dtype=torch.float64, device=self._collective_device())
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.group)
         return [float(v) for v in t.tolist()]
 
     def barrier(self) -> None:
         if self.enabled:
-            dist.barrier()
+            dist.barrier(group=self.group)
 
     def _collective_device(self) -> torch.device:
-        return self.device() if dist.get_backend() == "nccl" else torch.device("cpu")
+        return self.device() if dist.get_backend(self.group) == "nccl" else torch.device("cpu")
 
 
 def init_from_env(timeout_minutes: float = 30.0, min_world: int = 2) -> Dist:

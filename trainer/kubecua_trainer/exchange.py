@@ -69,23 +69,20 @@ def gather_screens(d: Dist, groups: list[Group], held: Held) -> None:
                     t.screenshot, t.screen = shot, encoded
 
 
-def deliver_pixels(d: Dist, held: Held, need: list[list[Sample]]) -> int:
+def deliver_pixels(
+    d: Dist, held: Held, need: list[list[Sample]], keys: list[list[str]] | None = None
+) -> int:
     """Fill pixel_values of need[r] on rank r from the ranks that hold them (need is the same on
     every rank; samples that carry their pixels already, e.g. replayed ones, are skipped). One
-    scatter per source rank: a rank receives only what it needs, its own included. Returns the
-    number of pixel tensors received."""
+    scatter per source rank: a rank receives only what it needs, its own included. keys: the
+    pixels_key of each need[r]'s samples, where a sender's own view of need may differ (rank 0's
+    broadcast; the disaggregated placement). Returns the number of pixel tensors received."""
+    wanted = keys if keys is not None else [[s.pixels_key for s in share] for share in need]
     got: dict[str, torch.Tensor] = {}
     for src in range(d.world):
         payload: list[dict[str, torch.Tensor]] | None = None
         if d.rank == src:
-            payload = [
-                {
-                    s.pixels_key: held.pixels[s.pixels_key]
-                    for s in samples
-                    if s.pixels_key in held.pixels
-                }
-                for samples in need
-            ]
+            payload = [{k: held.pixels[k] for k in share if k in held.pixels} for share in wanted]
         mine: dict[str, torch.Tensor] = d.scatter_from(payload, src)
         got.update(mine)
     for s in need[d.rank]:

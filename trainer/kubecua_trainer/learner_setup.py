@@ -37,21 +37,26 @@ def build_learner(spec: TrainingRunSpec) -> tuple[Policy, Learner, Policy | None
     return policy, Learner(policy, spec.algorithm, reference, optimizer=optimizer), gen
 
 
-def build_sharded_learner(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learner, Policy]:
+def build_sharded_learner(
+    spec: TrainingRunSpec, d: Dist, mesh: Any = None
+) -> tuple[Policy, Learner, Policy | None]:
     """Under torchrun: (policy, learner, the engine's policy). The learner's module is sharded
-    with FSDP2 and the engine gets a full copy of it, refreshed after every update."""
+    with FSDP2 and the engine gets a full copy of it, refreshed after every update. mesh: the
+    learning processes of the disaggregated placement (disaggregated.py), which hold no engine
+    (the engine's policy is then None)."""
     device = str(d.device())
     policy = load_policy(spec.model.path, spec.model.dtype, device)
     with_adapter(policy, spec)
     reference = _reference(spec, policy)
-    choice = learner_choice(spec, policy, world=d.world, engine_copy=True)
+    engine_copy = mesh is None
+    choice = learner_choice(spec, policy, world=d.world, engine_copy=engine_copy)
     _checkpoint(policy, choice)
-    gen = generation_copy(policy)
+    gen = generation_copy(policy) if engine_copy else None
     if spec.model.freeze_vision:
         policy.model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
     if choice.compile and policy.device.type == "cuda":
         compile_layers(policy.model)
-    net = shard_policy(policy, offload=choice.optimizer_offload)
+    net = shard_policy(policy, offload=choice.optimizer_offload, mesh=mesh)
     return policy, Learner(policy, spec.algorithm, reference, net=net, dist=d), gen
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kubecua_trainer.config import TrainingRun, TrainingRunSpec
     from kubecua_trainer.cost import CostLedger
+    from kubecua_trainer.disaggregated import Roles
     from kubecua_trainer.distributed import Dist
     from kubecua_trainer.evaluation.held_out import HeldOut
     from kubecua_trainer.learner import Learner
@@ -92,6 +93,7 @@ class Loop:
     held_out: HeldOut | None = None  # spec.evaluation's tasks, loaded once
     curriculum: Curriculum | None = None  # spec.tasks.curriculum's pass rates
     cost: CostLedger | None = None  # what the run spent (cost.py); built by train._train
+    roles: Roles | None = None  # who generates and who learns (placement.py); None: all do
 
     @property
     def spec(self) -> TrainingRunSpec:

@@ -55,9 +55,14 @@ class Saver:
     path: str | None = None
     # spec.tasks.curriculum's pass rates: checkpointed in trainer_state.json's extra
     curriculum: Curriculum | None = None
+    # False on a generating process of the disaggregated placement (placement.py): it holds no
+    # learner state, so it reads and writes no checkpoint and only follows the step
+    writes: bool = True
 
     def resume(self) -> int:
         """Load the newest checkpoint under root if any; returns the first step to run."""
+        if not self.writes:
+            return self.step + 1
         latest = self.dist.broadcast(
             latest_checkpoint(str(self.root)) if self.dist.is_main else None
         )
@@ -83,6 +88,8 @@ class Saver:
             self.metrics.checkpoint_written(stamp)
 
     def save(self, step: int) -> str:
+        if not self.writes:
+            raise RuntimeError("a generating process writes no checkpoint: call save_or_follow")
         extra = {"curriculum": self.curriculum.state_dict()} if self.curriculum else {}
         if self.dist.enabled:
             path = save_sharded_checkpoint(
@@ -98,6 +105,13 @@ class Saver:
             prune_checkpoints(str(self.root), keep=self.spec.checkpoint.keep)
         self.step, self.path = step, path
         return path
+
+    def save_or_follow(self, step: int) -> str | None:
+        """save(step) where this process writes checkpoints; elsewhere only note the step."""
+        if self.writes:
+            return self.save(step)
+        self.step = step
+        return None
 
     def weights_for_engine(self, step: int, saved: str | None) -> str:
         """A directory with this step's weights for servers that load from disk: the checkpoint

@@ -51,18 +51,28 @@ def generation_copy(policy: Policy) -> Policy:
     """A full copy of the (not yet sharded) policy for the engine; bf16 on a GPU (generation
     needs no fp32 master), the learner's dtype on the CPU so a refresh is bitwise."""
     model = copy.deepcopy(policy.model)
-    if policy.device.type == "cuda":
-        model.to(torch.bfloat16)
+    dtype = engine_dtype(policy.device, next(model.parameters()).dtype)
+    if dtype != next(model.parameters()).dtype:
+        model.to(dtype)
     model.eval()
     return Policy(model, policy.processor, policy.tokenizer, policy.device, policy.dtype)
 
 
-def shard_policy(policy: Policy, offload: bool = False) -> LogprobNet:
+def engine_dtype(device: torch.device, learner_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the engine's weights: bf16 on a GPU (generation needs no fp32 master), the
+    learner's on the CPU so that a refresh or a broadcast is bitwise."""
+    return torch.bfloat16 if device.type == "cuda" else learner_dtype
+
+
+def shard_policy(policy: Policy, offload: bool = False, mesh: Any = None) -> LogprobNet:
+    """mesh: a DeviceMesh of the learning processes (placement disaggregated); None: all."""
     params_fp32 = next(policy.model.parameters()).dtype == torch.float32
     mp = None
     if policy.device.type == "cuda" and params_fp32 and policy.dtype == torch.bfloat16:
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     kwargs: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
+    if mesh is not None:
+        kwargs["mesh"] = mesh
     if offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     for stack in layer_stacks(policy.model):

@@ -29,6 +29,7 @@ from kubecua_trainer.status import build_curriculum_status
 from kubecua_trainer.tokens import check_image_pads
 
 if TYPE_CHECKING:
+    from kubecua_trainer.disaggregated import Roles
     from kubecua_trainer.loop import Loop
 
 Played = tuple[list[Group], dict[str, float]]
@@ -49,7 +50,10 @@ async def play(step: int, lp: Loop) -> Played:
             lp.metrics.observe_episode(ep)
         lp.progress.episode_done(ep.outcome)
 
-    share = (lp.dist.rank, lp.dist.world)
+    share = lp.roles.share if lp.roles is not None else (lp.dist.rank, lp.dist.world)
+    if share is None:  # a learning process of the disaggregated placement plays nothing
+        now = time.time()
+        return [], {"rollout_started_at": now, "rollout_ended_at": now, "rollout_seconds": 0.0}
     algo = spec.algorithm  # the step's own temperature, also when it plays ahead (maxStaleness)
     temperature = scheduled_temperature(algo.temperature, algo.temperature_end, step, spec.steps)
     groups = await rollout_groups(lp.ro, step_tasks, step, on_episode, share, temperature)
@@ -66,11 +70,20 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     """Gather the step's episodes from every rank, build the batch, learn, hand the engine the
     weights (lp.sync.updated). Every rank runs it, in step order (it holds all of a step's
     collectives)."""
-    spec, d, metrics = lp.spec, lp.dist, lp.metrics
+    spec, d, metrics, roles = lp.spec, lp.dist, lp.metrics, lp.roles
+    apart = roles is not None and roles.placement.disaggregated
     mine, timing = played
     t0 = time.monotonic()
     check, held = image_pad_check(lp.policy), None
-    if d.enabled:  # the episodes go to every rank, their images only where needed (exchange.py)
+    if d.enabled and apart:  # the generators' episodes and timings go to every process
+        assert roles is not None
+        validate_samples(mine, check)
+        held = strip(mine, d.rank, step)
+        played_by = [p for r, p in enumerate(d.all_gather(played)) if roles.placement.generates(r)]
+        groups = merge_groups([g for g, _ in played_by])
+        timing = rollout_timing([t for _, t in played_by])
+        gather_screens(d, groups, held)
+    elif d.enabled:  # the episodes go to every rank, their images only where needed (exchange.py)
         validate_samples(mine, check)  # here, where the pixels are
         held = strip(mine, d.rank, step)
         groups = merge_groups(d.all_gather(mine))
@@ -87,7 +100,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     if curriculum is not None:  # every rank: each draws the next steps itself
         curriculum.observe(step, scored_results(groups))
     if held is not None:
-        _deliver(d, held, batch, lp.replay)
+        _deliver(d, held, batch, lp.replay, roles)
     staleness = [step - 1 - s.policy_version for e in episodes for s in e.samples]
     lp.progress.learning(step)
     forget = getattr(lp.ro.engine, "forget_cache", None)
@@ -96,7 +109,8 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         # the memory (the embedded engine's worker frees it once idle; up to 10 s wait).
         await asyncio.to_thread(forget, 10.0)
     learn_started = time.time()
-    learned = await _learn(lp.learner, batch, step)
+    learns = roles is None or roles.learns
+    learned = await _learn(lp.learner, batch, step) if learns else {}
     learn_ended = time.time()
     refresh = await lp.sync.updated(step)
     gen_tokens = sum(e.gen_tokens for e in episodes)
@@ -146,13 +160,35 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     return stats
 
 
-def _deliver(d: Dist, held: Held, batch: Batch, replay: SuccessReplay) -> None:
+def rollout_timing(timings: list[dict[str, float]]) -> dict[str, float]:
+    """One step's rollout timing from each generating process's: first start, last end."""
+    start = min(t["rollout_started_at"] for t in timings)
+    end = max(t["rollout_ended_at"] for t in timings)
+    out = {"rollout_started_at": start, "rollout_ended_at": end,
+           "rollout_seconds": max(t["rollout_seconds"] for t in timings)}  # fmt: skip
+    if "temperature" in timings[0]:
+        out["temperature"] = timings[0]["temperature"]
+    return out
+
+
+def _deliver(d: Dist, held: Held, batch: Batch, replay: SuccessReplay, roles: Roles | None) -> None:
     """Pixel values to the ranks whose passes use them, and this step's new replay entries
-    to every rank (the buffer is the same everywhere and rank 0 checkpoints it whole)."""
+    to every learning rank (the buffer is the same everywhere and rank 0 checkpoints it whole).
+    Disaggregated, the learners are ranks 0..L-1 and the generators train nothing; rank 0's
+    batch says who needs what, since a generator's replay buffer (which changes the batch) is
+    not restored on resume."""
+    learners = d.world
+    if roles is not None and roles.placement.disaggregated:
+        learners = len(roles.placement.learners)
     trained = trainable(batch.samples)
     new_replay = [s for s in replay.stored() if s.pixel_values is None]
-    need = [[trained[i] for i, _ in share] + new_replay for share in passes(trained, d.world)]
-    deliver_pixels(d, held, need)
+    need = [[trained[i] for i, _ in share] + new_replay for share in passes(trained, learners)]
+    need += [[] for _ in range(d.world - learners)]
+    keys = None
+    if learners < d.world:
+        mine = [[s.pixels_key for s in share] for share in need] if d.is_main else None
+        keys = d.broadcast(mine)
+    deliver_pixels(d, held, need, keys)
 
 
 async def _learn(learner: Learner, batch: Batch, step: int) -> dict[str, float]:

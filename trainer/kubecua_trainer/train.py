@@ -29,6 +29,13 @@ from kubecua_trainer import pipeline
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
 from kubecua_trainer.cost import CostLedger
 from kubecua_trainer.cost import publish as publish_cost
+from kubecua_trainer.disaggregated import (
+    NoEngine,
+    Roles,
+    build_generator,
+    join_roles,
+    learner_mesh,
+)
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
 from kubecua_trainer.evaluation.held_out import load_held_out
@@ -36,6 +43,7 @@ from kubecua_trainer.learner_setup import build_learner, build_sharded_learner
 from kubecua_trainer.loop import Loop, RunOptions, RunResult
 from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.model import Policy
+from kubecua_trainer.placement import placement_of
 from kubecua_trainer.progress import RunProgress
 from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.report import RunReport
@@ -62,18 +70,21 @@ async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
     d = init_from_env()
     try:
         check_world(run.spec, d.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        roles = join_roles(placement_of(run.spec, d.world), d)
         stop = opts.stop or Stop()
         if opts.handle_signals:
             stop.listen(signal.SIGTERM, already=bool(opts.signals_seen))
         try:
-            return await _train(run, opts, stop, d)
+            return await _train(run, opts, stop, d, roles)
         finally:
             stop.close()
     finally:
         shutdown(d)
 
 
-async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> RunResult:
+async def _train(
+    run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist, roles: Roles
+) -> RunResult:
     spec = run.spec
     out_dir, ckpt_root = run_dirs(spec)
     result = RunResult(out_dir)
@@ -82,41 +93,60 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
     tasks = load_tasks(spec.tasks, run.namespace)
     held_out = load_held_out(spec, run.namespace, tasks)  # refused here when it overlaps tasks
     gen: Policy | None
-    if d.enabled:
+    if roles.placement.disaggregated and roles.learns:
+        mesh = learner_mesh(roles, d.device())
+        policy, learner, gen = build_sharded_learner(spec, roles.learner_dist, mesh)
+    elif roles.placement.disaggregated:
+        policy, learner = build_generator(spec, d)
+        gen = policy
+    elif d.enabled:
         policy, learner, gen = build_sharded_learner(spec, d)
     else:
         policy, learner, gen = build_learner(spec)
     replay = SuccessReplay(spec.algorithm.replay.max_per_task, seed=spec.seed)
     metrics, report = TrainerMetrics(), RunReport(out_dir, run.name)
     curriculum = build_curriculum(spec, tasks)
-    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, d, curriculum=curriculum)
+    saver = Saver(ckpt_root, spec, policy, learner, replay, metrics, roles.learner_dist,
+                  curriculum=curriculum, writes=roles.learns)  # fmt: skip
     first_step = saver.resume()
+    if roles.placement.disaggregated:  # the generators follow learner 0's checkpoint
+        drawn = curriculum.state_dict() if curriculum is not None and d.is_main else None
+        first_step, drawn = d.broadcast((first_step, drawn))
+        saver.step = first_step - 1
+        if curriculum is not None and drawn is not None and not roles.learns:
+            curriculum.load_state_dict(drawn)  # the generators draw the tasks
     gen = gen if gen is not None else policy
     if d.serves_metrics:
         metrics.serve(spec.metrics.port, opts.metrics_addr)
     patch = opts.patch_status and d.is_main
     patcher = StatusPatcher(run.name, run.namespace or "default") if patch else None
-    source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
+    # A learning process of the disaggregated placement leases no desktop and runs no engine.
+    source = None
+    if roles.generates:
+        source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
     leases = SandboxLeases()
-    engine = build_engine(spec.rollout, gen)
-    sync = build_weight_sync(engine, policy, gen, saver.weights_for_engine, d)
+    engine = build_engine(spec.rollout, gen) if roles.generates else NoEngine()
+    sync = build_weight_sync(engine, policy, gen, saver.weights_for_engine, d, roles)
     if opts.on_built is not None:
         opts.on_built(engine, learner)
     with RunProgress(spec.steps, opts.console and d.is_main) as progress:
         try:
             await sync.updated(saver.step)  # the engine starts from the resumed weights
-            progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
-            await source.start(leases)
-            wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
-            ready, _ = await stop.unless_stopped(wait)
+            ready = True
+            if source is not None:
+                progress.say(f"waiting for {spec.sandboxes.min_ready} sandbox(es)...")
+                await source.start(leases)
+                wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
+                ready, _ = await stop.unless_stopped(wait)
             if not d.any(not ready):  # a stop on any rank before the first step stops all
-                ro = Rollout(gen, engine, leases, source.token, spec.algorithm, spec.rollout)
+                token = source.token if source is not None else None
+                ro = Rollout(gen, engine, leases, token, spec.algorithm, spec.rollout)
                 progress.resume_at(first_step - 1)
                 loop = Loop(run=run, ro=ro, tasks=tasks, policy=policy, learner=learner,
                             replay=replay, metrics=metrics, saver=saver, report=report,
                             patcher=patcher, progress=progress, stop=stop, opts=opts,
                             result=result, dist=d, sync=sync, held_out=held_out,
-                            curriculum=curriculum, cost=cost)  # fmt: skip
+                            curriculum=curriculum, cost=cost, roles=roles)  # fmt: skip
                 if saver.path is not None:
                     await sync.checkpointed(saver.step, saver.path)
                 await pipeline.before_steps(loop)  # warm-up, then the step-0 evaluation
@@ -125,7 +155,8 @@ async def _train(run: TrainingRun, opts: RunOptions, stop: Stop, d: Dist) -> Run
                 result.stopped_at = saver.step
                 progress.say(f"stopped; step {saver.step} is checkpointed: {saver.path}")
         finally:
-            await source.stop()
+            if source is not None:
+                await source.stop()
             await engine.close()
     if d.is_main:  # everything leased is back: evaluation's and a stop's episodes too
         publish_cost(cost, leases.held_seconds, metrics, patcher)
@@ -159,7 +190,7 @@ async def _loop(first_step: int, lp: Loop) -> None:
             done, played = await stop.unless_stopped(inflight.pop(step))
             if d.any(not done):  # abandoned mid-rollout (on any rank): the last step stands
                 if saver.step < step - 1 and lp.opts.checkpoints:
-                    last = saver.save(step - 1)
+                    last = saver.save_or_follow(step - 1)
                     if lp.dist.is_main and stats:
                         _publish_status(step - 1, spec, stats, last, lp.patcher)
                 stop.requested.set()  # agreed by the ranks: a stop here too, whoever saw it
@@ -172,7 +203,7 @@ async def _loop(first_step: int, lp: Loop) -> None:
             saved: str | None = None
             due = step % spec.checkpoint.every_steps == 0 or step == spec.steps or stopping
             if due and lp.opts.checkpoints:
-                saved = saver.save(step)
+                saved = saver.save_or_follow(step)
             await lp.sync.checkpointed(step, saved)
             if d.is_main:
                 if lp.cost is not None:  # first: the report rendered next shows it

@@ -7,6 +7,8 @@ checkpoint they start from.
 
 - InProcess (the embedded HF engine): the engine generates with the learner's policy, or with a
   copy of it (rollout.maxStaleness > 0, or under torchrun) that is refreshed on updated().
+- WeightBroadcast (the disaggregated placement, weight_broadcast.py): learner 0 broadcasts each
+  step's weights to the generating processes.
 - FromDisk (sglang): every step's weights go to the servers through /update_weights_from_disk of
   a directory on the volume they mount (engines/sglang.py says why not NCCL); the sglang engine
   has no NCCL path, so there is no NCCL sync. The trainer's own policy object for the rollouts
@@ -24,6 +26,7 @@ from kubecua_trainer.engines.sglang import SGLangEngine
 from kubecua_trainer.sharded import refresh_weights
 
 if TYPE_CHECKING:
+    from kubecua_trainer.disaggregated import Roles
     from kubecua_trainer.distributed import Dist
     from kubecua_trainer.model import Policy
 
@@ -80,7 +83,12 @@ def build_weight_sync(
     gen: Policy,
     weights: Callable[[int, str | None], str],
     dist: Dist,
+    roles: Roles | None = None,
 ) -> WeightSync:
+    if roles is not None and roles.placement.disaggregated:
+        from kubecua_trainer.weight_broadcast import WeightBroadcast
+
+        return WeightBroadcast(gen, roles.weights_group, roles.learns, is_source=dist.is_main)
     if isinstance(engine, SGLangEngine):
         return FromDisk(engine, weights, dist)
     return InProcess(policy, gen)

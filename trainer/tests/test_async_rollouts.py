@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -107,3 +109,38 @@ def test_bandit_still_learns_when_generation_lags_one_update(policy: Policy) -> 
     first, last = sum(means[:3]) / 3, sum(means[-3:]) / 3
     assert first < 0.25, means
     assert last > first + 0.3, means
+
+
+@pytest.mark.asyncio
+async def test_a_slowed_learner_never_lets_rollouts_pass_the_staleness_bound(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """maxStaleness 2 with a learner slowed by 2 s a step (desktops to spare): the rollouts run
+    ahead up to the bound and no further. Step j starts only after step j-3's update, and its
+    samples come from weights at most 2 updates old; the bound is reached (step 3 plays wholly
+    while step 1 learns, from the initial weights)."""
+    bound, steps = 2, 4
+    with ExitStack() as stack:
+        urls = [stack.enter_context(LoopbackSandbox()).url for _ in range(8)]
+        run = local_run(tmp_path, tiny_model_dir, urls, steps=steps, port=0)
+        run.spec.rollout.max_staleness = bound
+        run.spec.algorithm.dynamic_sampling = False  # every step learns
+        run.spec.algorithm.group_size = 2  # 4 episodes a step: two steps ahead fit 8 desktops
+
+        def slow_down(engine: object, learner: Learner) -> None:
+            step = learner.step
+
+            def slowed(*args: object, **kwargs: object) -> dict[str, float]:
+                time.sleep(2.0)  # the behaviour under test: a learner slower than the rollouts
+                return step(*args, **kwargs)  # type: ignore[arg-type]
+
+            learner.step = slowed  # type: ignore[method-assign]
+
+        opts = RunOptions(console=False, source=StaticSource(urls, TOKEN), on_built=slow_down)
+        result = await train(run, opts)
+    rows = result.history
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert all(0 <= r["staleness_max"] <= bound for r in rows), rows
+    assert max(r["staleness_max"] for r in rows) == bound, rows  # ran ahead as far as allowed
+    for j in range(bound + 2, steps + 1):  # never further: step j waits for step j-3's update
+        assert rows[j - 1]["rollout_started_at"] >= rows[j - bound - 2]["learn_ended_at"], rows
