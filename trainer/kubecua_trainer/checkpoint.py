@@ -313,7 +313,7 @@ def load_sharded_checkpoint(
         )
         rngs = [saved[r] if r < len(saved) else None for r in range(d.world)]
     meta = d.broadcast(meta)
-    load_full_state(policy.model, model_state, strict=not lora)
+    load_full_state(policy.model, model_state, strict=not lora, group=d.group)
     learner.load_state_dict(opt if d.is_main else {"steps": 0})
     learner.steps = d.broadcast(learner.steps)
     if replay is not None:

@@ -241,7 +241,8 @@ class Learner:
 
             if self.dist.is_main and "optimizer_by_name" not in d:
                 d = {**d, "optimizer_by_name": by_name(d["optimizer"], self.param_names())}
-            load_optimizer_full_state(self.net, self.optimizer, d.get("optimizer_by_name", {}))
+            state = d.get("optimizer_by_name", {})
+            load_optimizer_full_state(self.net, self.optimizer, state, self.dist.group)
         elif "optimizer" in d:
             self.optimizer.load_state_dict(d["optimizer"])
         elif not isinstance(self.optimizer, torch.optim.AdamW):

@@ -13,8 +13,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -127,13 +130,38 @@ def full_state(
     return out
 
 
+@contextlib.contextmanager
+def broadcasts_on(group: Any) -> Iterator[None]:
+    """torch's set_model_state_dict / set_optimizer_state_dict with broadcast_from_rank0 (torch
+    2.11) broadcast on the whole job and take no process group; in the disaggregated placement
+    the learners are a subgroup (their rank 0 is the job's), and the generators, which hold no
+    model, would receive those broadcasts in place of their own. So, for the call, torch's
+    broadcast helper is given the learners' group. group None: the whole job, unchanged."""
+    if group is None:
+        yield
+        return
+    import torch.distributed.checkpoint.state_dict as sd
+
+    original = sd._broadcast_state_dict
+    sd._broadcast_state_dict = functools.partial(original, pg=group)
+    try:
+        yield
+    finally:
+        sd._broadcast_state_dict = original
+
+
 def load_full_state(
-    learner_model: torch.nn.Module, state: dict[str, torch.Tensor], strict: bool = True
+    learner_model: torch.nn.Module,
+    state: dict[str, torch.Tensor],
+    strict: bool = True,
+    group: Any = None,
 ) -> None:
-    """Rank 0 passes the full state, the others {}; the shards are filled by broadcast.
-    strict=False: the state covers part of the model (a LoRA adapter's)."""
+    """Rank 0 passes the full state, the others {}; the shards are filled by broadcast (over
+    group: the learners of the disaggregated placement). strict=False: the state covers part of
+    the model (a LoRA adapter's)."""
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=strict)
-    set_model_state_dict(learner_model, dict(state), options=opts)
+    with broadcasts_on(group):
+        set_model_state_dict(learner_model, dict(state), options=opts)
 
 
 def optimizer_full_state(net: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
@@ -142,6 +170,9 @@ def optimizer_full_state(net: torch.nn.Module, optimizer: Any) -> dict[str, Any]
     return get_optimizer_state_dict(net, optimizer, options=opts)
 
 
-def load_optimizer_full_state(net: torch.nn.Module, optimizer: Any, state: dict) -> None:
+def load_optimizer_full_state(
+    net: torch.nn.Module, optimizer: Any, state: dict, group: Any = None
+) -> None:
     opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_optimizer_state_dict(net, optimizer, optim_state_dict=state, options=opts)
+    with broadcasts_on(group):
+        set_optimizer_state_dict(net, optimizer, optim_state_dict=state, options=opts)

@@ -6,7 +6,6 @@ version, and no rollout is older than rollout.maxStaleness."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -104,27 +103,32 @@ def rows(out: Path, rank: int) -> list[dict]:
 def test_one_generating_and_one_learning_process_keep_the_weights_versioned_bit_for_bit(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
+    """Two steps, then the same run with steps 3 resumes from the learner's checkpoint of step 2
+    (its process group loads the shards; the generator starts from the broadcast of step 2)."""
+    out = tmp_path / "ranks"
     with LoopbackSandbox() as a, LoopbackSandbox() as b:
-        run = local_run(tmp_path, tiny_model_dir, [a.url, b.url], steps=3, port=0)
+        run = local_run(tmp_path, tiny_model_dir, [a.url, b.url], steps=2, port=0)
         spec = run.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
         spec["algorithm"]["groupSize"] = 2  # 4 episodes a step, all played by the generator
         spec["algorithm"]["dynamicSampling"] = False  # every step learns
         spec["rollout"]["maxStaleness"] = 1
         spec["trainer"] = {"nodes": 2, "placement": "disaggregated", "gradientCheckpointing": False}
-        spec["checkpoint"]["everySteps"] = 1
-        manifest = tmp_path / "run.yaml"
-        obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "d"}, "spec": spec}
-        manifest.write_text(yaml.safe_dump(obj))
-        out = tmp_path / "ranks"
-        cmd = torchrun("-m", "bench.testing.disaggregated_check", str(manifest), str(out))
+        spec["checkpoint"] = {"everySteps": 1, "keep": 2}
         env = {**os.environ, "KUBECUA_SANDBOX_TOKEN": TOKEN}
-        proc = subprocess.run(cmd, cwd=TRAINER_DIR, env=env, capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+        for steps in (2, 3):
+            spec["steps"] = steps
+            manifest = tmp_path / f"run-{steps}.yaml"
+            obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "d"},
+                   "spec": spec}  # fmt: skip
+            manifest.write_text(yaml.safe_dump(obj))
+            cmd = torchrun("-m", "bench.testing.disaggregated_check", str(manifest), str(out))
+            proc = subprocess.run(cmd, cwd=TRAINER_DIR, env=env, capture_output=True, text=True,
+                                  timeout=300)  # fmt: skip
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     learner, generator = rows(out, 0), rows(out, 1)
     assert [r["engine"] for r in learner + generator] == ["NoEngine"] * 3 + ["HFEngine"] * 3
     assert [r["step"] for r in learner] == [r["step"] for r in generator] == [1, 2, 3]
-    # after step k both hold step k's weights, labelled k, bit for bit
+    # after step k both hold step k's weights, labelled k, bit for bit (step 3: after the resume)
     for mine, theirs in zip(learner, generator, strict=True):
         assert mine["version"] == theirs["version"] == mine["step"], (mine, theirs)
         assert mine["digest"] == theirs["digest"], (mine, theirs)
@@ -135,10 +139,9 @@ def test_one_generating_and_one_learning_process_keep_the_weights_versioned_bit_
     assert all(r["episodes"] == 4 for r in learner), learner
     assert all(r["loss"] is not None for r in learner), learner
     assert all(0 <= r["staleness_max"] <= 1 for r in learner), learner
-    assert learner[0]["staleness_max"] == 0
+    assert learner[0]["staleness_max"] == learner[2]["staleness_max"] == 0  # fresh starts
     history = [json.loads(x) for x in (tmp_path / "out/history.jsonl").read_text().splitlines()]
     assert [h["step"] for h in history] == [1, 2, 3]
-    for prev, nxt in itertools.pairwise(history):
-        assert nxt["rollout_started_at"] < prev["learn_ended_at"]  # played while it learned
+    assert history[1]["rollout_started_at"] < history[0]["learn_ended_at"]  # played meanwhile
     ckpts = sorted(p.name for p in (tmp_path / "out/checkpoints").iterdir() if p.is_dir())
     assert ckpts[-1] == "step-00000003", ckpts  # the learner checkpointed
