@@ -73,6 +73,16 @@ bench-learning: setup-apt trainer-env sandbox-env ## does held-out success rise?
 # The whole loop on one GPU (bench/loop_bench.py): the trainer's own rollouts,
 # engine and learner, 3B shape, groups of 8, 8-turn 720p episodes on stand-in desktops replaying
 # real recorded ones; sync and maxStaleness 1. CPU: toy smoke (BENCH_ARGS=--smoke forces it).
+# LOOP_WORLDS="1 2 4": torchrun at each world (a process a GPU, the step grown with the world), one
+# launch a mode (LOOP_MODES; disaggregated: the placement, world 2+), the JSON in out/bench-loop/,
+# then the per-GPU loop efficiency and disaggregated vs colocated sync (bench/loop_scaling.py).
+LOOP_WORLDS ?=
+LOOP_MODES ?= sync,staleness_1,disaggregated
 .PHONY: bench-loop
-bench-loop: ## whole-loop GPU time split, generation/learner tok/s, trajectories/min, peak GiB (GPU; CPU: toy smoke)
+bench-loop: ## whole-loop GPU time split, generation/learner tok/s, trajectories/min, peak GiB; LOOP_WORLDS="1 2 4": per-GPU efficiency (GPU; CPU: toy smoke)
+ifeq ($(strip $(LOOP_WORLDS)),)
 	cd trainer && PYTHONPATH=.:../sandbox-image/client $(BENCH_TRAINER_PY) -m bench.loop_bench $(BENCH_ARGS)
+else
+	cd trainer && PYTHONPATH=.:../sandbox-image/client $(BENCH_TRAINER_PY) -m bench.loop_scaling \
+	  --worlds $(LOOP_WORLDS) --modes $(LOOP_MODES) --out-dir $(CURDIR)/out/bench-loop -- $(BENCH_ARGS)
+endif

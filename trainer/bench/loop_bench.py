@@ -26,7 +26,16 @@ episodes and latencies scaled down, and says so: the figures then mean nothing.
 How to run: `make bench-loop` (GPU machine: `cd trainer && PYTHONPATH=.:../sandbox-image/client
 python3 -m bench.loop_bench --out /tmp/loop.json`). It needs kubecua_trainer's
 own dependencies (pydantic, httpx) besides torch and transformers.
-What it leaves out: real desktops (by design), sglang, several GPUs.
+Several GPUs (issue 31 item 5): under torchrun (`make bench-loop LOOP_WORLDS="1 2 4"`) each
+process is one GPU of one run (trainer.gpusPerNode = the world; nodes on the CPU) and the step
+grows with the world (tasksPerStep x world: the same episodes per GPU), each process playing on
+its own stand-in desktops, one mode a launch; rank 0 writes the JSON, and bench/loop_scaling.py
+launches each world and mode, merges their files and prints the per-GPU loop efficiency
+(trajectories/min at world w over w times world 1's) and the disaggregated placement against
+colocated sync. Under torchrun the generation figures
+and gpu_time are rank 0's own (a learning process of the disaggregated mode generates nothing:
+null), and the learner-bench comparison is skipped.
+What it leaves out: real desktops (by design), sglang.
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ import asyncio
 import datetime
 import gc
 import json
+import math
+import os
 import sys
 import tempfile
 import time
@@ -54,6 +65,26 @@ R720 = 1280 * 720
 SMOKE_PIXELS = 112 * 112
 GPU = {"steps": 2, "turns": 8, "group": 8, "new_tokens": 32, "latency_scale": 1.0}
 SMOKE = {"steps": 2, "turns": 2, "group": 2, "new_tokens": 8, "latency_scale": 0.02}
+# mode -> (rollout.maxStaleness, spec.trainer.placement); disaggregated needs a world of 2+
+MODES = {"sync": (0, "colocated"), "staleness_1": (1, "colocated"),
+         "disaggregated": (1, "disaggregated")}  # fmt: skip
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process under torchrun; (0, 1) alone."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def desktops_per_process(a: argparse.Namespace) -> int:
+    """Stand-in desktops each process starts: a step's episodes over the processes that play
+    them (every process, or a disaggregated run's generators, placement.default_generating)."""
+    from kubecua_trainer.placement import default_generating
+
+    _, w = world()
+    players = w
+    if "disaggregated" in a.modes.split(",") and w > 1:
+        players = default_generating(w)
+    return math.ceil(a.group * a.tasks_per_step * w / players)
 
 
 def build_model(out: Path, smoke: bool) -> Path:
@@ -134,14 +165,16 @@ def run_spec(
     staleness: int,
     a: argparse.Namespace,
     gpu: bool,
+    placement: str = "colocated",
 ) -> dict[str, Any]:
+    _, w = world()
     return {
         "model": {"path": str(model), "dtype": "bfloat16" if gpu else "float32"},
         "sandboxes": {"urls": urls, "minReady": len(urls)},
         "tasks": {"path": str(tasks), "ids": ids},
         "algorithm": {
             "groupSize": a.group,
-            "tasksPerStep": a.tasks_per_step,
+            "tasksPerStep": a.tasks_per_step * w,  # the same episodes per GPU at any world
             "maxTurns": a.turns,
             "maxNewTokens": a.new_tokens,
             "dynamicSampling": False,
@@ -151,9 +184,9 @@ def run_spec(
             "maxPixels": R720 if gpu else SMOKE_PIXELS,
             "episodeTimeoutSeconds": 900,
             "maxStaleness": staleness,
-            "maxInFlightEpisodes": a.group * a.tasks_per_step,
+            "maxInFlightEpisodes": a.group * a.tasks_per_step * w,
         },
-        "trainer": trainer_fields(a, gpu),
+        "trainer": trainer_fields(a, gpu) | processes(w, gpu, placement),
         "checkpoint": {"everySteps": 1000, "keep": 1},
         "metrics": {"port": 0},
         "steps": a.steps,
@@ -171,6 +204,16 @@ def trainer_fields(a: argparse.Namespace, gpu: bool) -> dict[str, Any]:
     fields: dict[str, Any] = dict(OLD_DEFAULTS) if a.old_defaults and gpu else {}
     if a.compile:
         fields["compile"] = True
+    return fields
+
+
+def processes(w: int, gpu: bool, placement: str) -> dict[str, Any]:
+    """spec.trainer's processes: one a GPU (gpusPerNode) or, on the CPU, one a node."""
+    if w == 1:
+        return {}
+    fields: dict[str, Any] = {"gpusPerNode": w} if gpu else {"nodes": w}
+    if placement == "disaggregated":
+        fields["placement"] = "disaggregated"
     return fields
 
 
@@ -261,8 +304,7 @@ def summarise(
         (r["learn_started_at"], r["learn_ended_at"] + r.get("weight_refresh_seconds", 0.0))
         for r in rows
     ]
-    b = engine.scheduler
-    graphs = b.runner.graphs
+    b = getattr(engine, "scheduler", None)  # None: a disaggregated run's learner (rank 0)
     episodes = sum(int(r["episodes"]) for r in measured)
     seq_tokens = sum(r.get("sequence_tokens", 0.0) for r in measured)
     learn_seconds = sum(r.get("seconds", 0.0) for r in measured)
@@ -279,20 +321,7 @@ def summarise(
         ),
         "vs_learner_only": round((learn_seconds + sum(update)) / max(hi - lo, 1e-9), 3),
         # the engine's counters cover every step of the mode, the first included
-        "generation": {
-            "prefill_tokens": b.prefill_tokens,
-            "prefill_tokens_per_second": round(b.prefill_tokens / max(b.prefill_seconds, 1e-9), 1),
-            "decode_tokens": engine.tokens_generated,
-            "decode_tokens_per_second": round(
-                engine.tokens_generated / max(b.decode_seconds, 1e-9), 1
-            ),
-            "reused_prompt_tokens": b.reused_tokens,
-            "prefill_seconds": round(b.prefill_seconds, 2),
-            "decode_seconds": round(b.decode_seconds, 2),
-            "images_encoded": b.images_encoded,
-            "cuda_graphs": graphs is not None and not graphs.broken,
-            "graph_captures": graphs.captures if graphs is not None else 0,
-        },
+        "generation": generation_figures(engine) if b is not None else None,
         "learner": {
             "sequence_tokens": seq_tokens,
             "seconds": round(learn_seconds, 2),
@@ -316,11 +345,28 @@ def summarise(
             ],
         },
         "learner_settings": learner_settings(learner),
-        "gpu_time": time_split(list(b.busy_intervals), learn, lo, hi),
+        "gpu_time": time_split(list(b.busy_intervals) if b is not None else [], learn, lo, hi),
         "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1)
         if torch.cuda.is_available()
         else None,
         "reward_mean": round(sum(r.get("reward_mean", 0.0) for r in measured) / len(measured), 3),
+    }
+
+
+def generation_figures(engine: Any) -> dict[str, Any]:
+    b = engine.scheduler
+    graphs = b.runner.graphs
+    return {
+        "prefill_tokens": b.prefill_tokens,
+        "prefill_tokens_per_second": round(b.prefill_tokens / max(b.prefill_seconds, 1e-9), 1),
+        "decode_tokens": engine.tokens_generated,
+        "decode_tokens_per_second": round(engine.tokens_generated / max(b.decode_seconds, 1e-9), 1),
+        "reused_prompt_tokens": b.reused_tokens,
+        "prefill_seconds": round(b.prefill_seconds, 2),
+        "decode_seconds": round(b.decode_seconds, 2),
+        "images_encoded": b.images_encoded,
+        "cuda_graphs": graphs is not None and not graphs.broken,
+        "graph_captures": graphs.captures if graphs is not None else 0,
     }
 
 
@@ -339,20 +385,23 @@ async def one_mode(
     sandboxes: list[ReplaySandbox],
     work: Path,
     ids: list[str],
-    staleness: int,
+    mode: str,
     a: argparse.Namespace,
     gpu: bool,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
+    """The mode's figures on rank 0; None on the other processes of a torchrun world."""
     from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
     from kubecua_trainer.sources.static import StaticSource
     from kubecua_trainer.train import RunOptions, train
 
+    staleness, placement = MODES[mode]
     urls = [s.url for s in sandboxes]
-    spec = run_spec(model, urls, work / "tasks", ids, work / f"out-{staleness}", staleness, a, gpu)
+    out = work / f"out-{mode}"
+    spec = run_spec(model, urls, work / "tasks", ids, out, staleness, a, gpu, placement)
     obj = {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": f"loop-{staleness}"},
+        "metadata": {"name": f"loop-{mode.replace('_', '-')}"},
         "spec": spec,
     }
     built: list[tuple[Any, Any]] = []  # (engine, learner)
@@ -365,10 +414,12 @@ async def one_mode(
         checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
     )
     result = await train(parse_training_run(obj), opts)
+    if not result.main:
+        return None
     if len(result.history) != a.steps:
-        raise RuntimeError(f"mode {staleness}: {len(result.history)} of {a.steps} steps ran")
+        raise RuntimeError(f"mode {mode}: {len(result.history)} of {a.steps} steps ran")
     engine, learner = built[0]
-    return summarise(result.history, engine, learner, staleness)
+    return summarise(result.history, engine, learner, staleness) | {"placement": placement}
 
 
 async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, Any]:
@@ -378,21 +429,30 @@ async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, 
     with ExitStack() as stack:
         sandboxes = [
             stack.enter_context(ReplaySandbox(recording, TOKEN, a.latency_scale, i))
-            for i in range(a.group * a.tasks_per_step)
+            for i in range(desktops_per_process(a))
         ]
         modes: dict[str, Any] = {}
-        for name, staleness in (("sync", 0), ("staleness_1", 1)):
+        rank, w = world()
+        for name in MODES:
             if name not in a.modes.split(","):
                 continue
-            modes[name] = await one_mode(model, sandboxes, work, ids, staleness, a, gpu)
+            if MODES[name][1] == "disaggregated" and w < 2:
+                print(f"{name}: skipped, it needs a world of 2 or more", file=sys.stderr)
+                continue
+            figures = await one_mode(model, sandboxes, work, ids, name, a, gpu)
             gc.collect()  # the mode's model, engine and pinned optimizer state go before the next
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+            if figures is None:  # not rank 0
+                continue
+            modes[name] = figures
             print(f"{name}: {json.dumps(modes[name])}", file=sys.stderr, flush=True)
             if a.out:  # what is done survives a time limit
                 Path(a.out).write_text(json.dumps(header(a, gpu, recording) | {"modes": modes}))
     doc = header(a, gpu, recording) | {"modes": modes}
-    if gpu and modes and not a.no_learner_bench:
+    if rank != 0:
+        return doc
+    if gpu and modes and not a.no_learner_bench and w == 1:
         first = next(iter(modes.values()))
         bench = learner_bench(a, first["learner_settings"])
         loop_rate = first["learner"]["tokens_per_second"]
@@ -405,9 +465,11 @@ async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, 
 
 
 def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, Any]:
+    _, w = world()
     return {
         "date": datetime.date.today().isoformat(),
         "device": torch.cuda.get_device_name() if gpu else "cpu",
+        "world": w,
         "smoke": not gpu,
         "note": ""
         if gpu
@@ -421,8 +483,8 @@ def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, 
             "turns": a.turns,
             "max_new_tokens": a.new_tokens,
             "steps_per_mode": a.steps,
-            "tasks_per_step": a.tasks_per_step,
-            "desktops": a.group * a.tasks_per_step,
+            "tasks_per_step": a.tasks_per_step * w,
+            "desktops_per_process": desktops_per_process(a),
             "recorded_episodes": [r.key for r in recording],
             "latency_scale": a.latency_scale,
             "trainer": trainer_fields(a, gpu),
@@ -437,9 +499,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     p.add_argument("--turns", type=int)
     p.add_argument("--group", type=int, help="episodes per group (= desktops)")
     p.add_argument(
-        "--tasks-per-step", type=int, default=1, help="groups per step (desktops = group x this)"
+        "--tasks-per-step",
+        type=int,
+        default=1,
+        help="groups per step and GPU (desktops = group x this x the world)",
     )
-    p.add_argument("--modes", default="sync,staleness_1", help="which of sync,staleness_1 to run")
+    p.add_argument(
+        "--modes",
+        default="sync,staleness_1",
+        help="which of sync,staleness_1,disaggregated to run (disaggregated: world 2+)",
+    )
     p.add_argument("--new-tokens", type=int, help="algorithm.maxNewTokens")
     p.add_argument("--latency-scale", type=float, help="x the recorded desktop latencies")
     p.add_argument("--compile", action="store_true", help="trainer.compile: true")
@@ -461,6 +530,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
             setattr(a, key, value)
     if a.steps < 1 or a.turns < 1 or a.group < 2:
         p.error("--steps and --turns must be at least 1, --group at least 2")
+    if world()[1] > 1 and len(a.modes.split(",")) > 1:
+        # Each mode is a whole run, which joins the process group and leaves it at its end; a
+        # second join in the same processes hung once in three tries here (gloo, 2026-11-28).
+        p.error("under torchrun give one mode per launch (bench/loop_scaling.py runs one each)")
     return a, gpu
 
 
@@ -482,9 +555,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "for kubecua_sandbox_client); the trainer's rollout code imports them"
         )
     start = time.monotonic()
+    rank, _ = world()
+    if gpu:  # under torchrun: this process's GPU before the model is built on it
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as work:
         doc = asyncio.run(main_async(a, Path(work), gpu))
     doc["seconds"] = round(time.monotonic() - start, 1)
+    if rank != 0:
+        return doc
     text = json.dumps(doc, indent=1)
     print(text, flush=True)
     if a.out:

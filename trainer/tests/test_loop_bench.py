@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+from test_distributed_learner import TRAINER_DIR
 
-from bench import loop_bench
+from bench import loop_bench, loop_scaling
 from bench.replay_desktop import ReplaySandbox, load_recording
 from kubecua_sandbox_client import SandboxClient
 
@@ -71,3 +76,52 @@ def test_loop_bench_smoke_gives_sane_figures(tmp_path) -> None:
 def test_time_split_example() -> None:
     split = loop_bench.time_split([(0, 6)], [(4, 8)], 0, 10)
     assert split == {"generating": 0.4, "learning": 0.2, "both": 0.2, "idle": 0.2}
+
+
+def test_loop_bench_under_torchrun_at_world_two_gives_figures_for_both_gpus(
+    tmp_path: Path,
+) -> None:
+    """`make bench-loop LOOP_WORLDS=2`'s wiring on the CPU (gloo; the colocated mode, one step;
+    100 s on the loaded 2-core machine, most of it two processes importing and building):
+    two processes, the step grown to both, each with its own stand-in desktops; rank 0 alone
+    writes the figures, and the driver prints the scaling summary from them."""
+    cmd = [sys.executable, "-m", "bench.loop_scaling", "--worlds", "2", "--modes", "sync",
+           "--out-dir", str(tmp_path), "--", "--smoke", "--steps", "1"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=TRAINER_DIR, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    doc = json.loads((tmp_path / "world-2-sync.json").read_text())
+    assert doc["world"] == 2
+    assert doc["workload"]["tasks_per_step"] == 2  # one task a GPU
+    sync = doc["modes"]["sync"]
+    assert sync["placement"] == "colocated"
+    assert sync["trajectories"] == 2 * doc["workload"]["group_size"]  # both GPUs' episodes
+    assert sync["trajectories_per_minute"] > 0
+    assert sync["learner"]["tokens_per_second"] > 0
+    assert sync["generation"]["decode_tokens"] > 0  # rank 0 generated its share
+    summary = json.loads(proc.stdout)
+    assert summary["worlds"] == [2]
+    assert (
+        summary["modes"]["sync"]["2"]["trajectories_per_minute"] == sync["trajectories_per_minute"]
+    )
+
+
+def test_loop_scaling_example() -> None:
+    one = {"device": "cpu", "world": 1, "modes": {"sync": {"trajectories_per_minute": 60.0}}}
+    rates = {"sync": 114.0, "disaggregated": 171.0}
+    modes = {m: {"trajectories_per_minute": r} for m, r in rates.items()}
+    two = {"device": "cpu", "world": 2, "modes": modes}
+    got = loop_scaling.scaling([one, two])
+    assert got["modes"]["sync"]["2"] == {
+        "trajectories_per_minute": 114.0,
+        "per_gpu_efficiency": 0.95,
+    }
+    assert got["modes"]["sync"]["1"]["per_gpu_efficiency"] == 1.0
+    assert got["disaggregated_vs_colocated_sync"] == {"2": 1.5}
+    with pytest.raises(SystemExit, match="different cards"):
+        loop_scaling.scaling([one, {**two, "device": "NVIDIA H100"}])
+    # world 1 in one launch (no disaggregated there), then one launch a mode
+    assert loop_scaling.launches([1, 2], ["sync", "disaggregated"]) == [
+        (1, ["sync"], "world-1.json"),
+        (2, ["sync"], "world-2-sync.json"),
+        (2, ["disaggregated"], "world-2-disaggregated.json"),
+    ]
