@@ -46,8 +46,14 @@ class WeightBroadcast:
     async def updated(self, step: int) -> dict[str, float]:
         """The learners hold `step`'s weights: send them (learners) or take them (generators)."""
         work = self._send if self.learns else self._receive
-        seconds = await asyncio.to_thread(work, step)
+        seconds = await asyncio.to_thread(self._on_device, work, step)
         return {"weight_broadcast_seconds": seconds}
+
+    def _on_device(self, work: Any, step: int) -> float:
+        # A worker thread starts on GPU 0; NCCL's object broadcasts use the current device.
+        if self.policy.device.type == "cuda":
+            torch.cuda.set_device(self.policy.device)
+        return float(work(step))
 
     async def checkpointed(self, step: int, checkpoint: str | None) -> None:
         return None
@@ -78,8 +84,10 @@ class WeightBroadcast:
             for name, p in model.named_parameters():
                 if name not in names:
                     continue
-                # every learner takes part in the all-gather; learner 0 alone sends the result
-                full = _full(p.detach().to(dtype if p.is_floating_point() else p.dtype))
+                # every learner takes part in the all-gather; learner 0 alone sends the result.
+                # On the GPU first: with trainer.optimizerOffload the shards live in host memory.
+                to = dtype if p.is_floating_point() else p.dtype
+                full = _full(p.detach().to(self.policy.device, to))
                 if self.is_source:
                     dist.broadcast(full.contiguous().to(self._device()), src=0, group=self.group)
                 del full
