@@ -13,6 +13,7 @@ tokenizer's own encoding of the reply text: the format keeps text, not ids.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from kubecua_trainer.config import ConfigError
@@ -36,6 +37,14 @@ if TYPE_CHECKING:
     from kubecua_trainer.model import Policy
 
 FIELD = "spec.warmup.demonstrations"
+# Fitted screenshots, kept across the warm-up's epochs: decoding a screen's PNG and fitting it
+# was most of building a demonstration's samples (0.8 s of 0.8-1.0 s for four 1920x1080 screens
+# on the busy 2-core machine, 2026-11-28), and every epoch built them again. Bounded in bytes, so
+# a large set at a large maxPixels decodes again rather than holding every screen (sft.py keeps
+# no samples for the same reason).
+FITTED_CACHE_BYTES = 256 << 20
+_fitted_cache: OrderedDict[tuple[int, str, int], Image.Image] = OrderedDict()
+_fitted_bytes = 0
 
 
 def load_demonstrations(spec: TrainingRunSpec, held_out: set[str]) -> list[Trajectory]:
@@ -137,5 +146,21 @@ def rescale_reply(reply: str, sx: float, sy: float) -> str:
 
 
 def _fitted(policy: Policy, demo: Trajectory, turn: int, max_pixels: int) -> Image.Image | None:
+    global _fitted_bytes
+    shot = demo.turns[turn].screenshot
+    key = (id(policy), str(shot), max_pixels)
+    if shot is not None and key in _fitted_cache:
+        _fitted_cache.move_to_end(key)
+        return _fitted_cache[key]
     image = demo.image(turn)
-    return None if image is None else fit_image(image, policy, max_pixels)
+    if image is None:
+        return None
+    fitted = fit_image(image, policy, max_pixels)
+    size = fitted.width * fitted.height * len(fitted.getbands())
+    if shot is not None and size <= FITTED_CACHE_BYTES:
+        _fitted_cache[key] = fitted
+        _fitted_bytes += size
+        while _fitted_bytes > FITTED_CACHE_BYTES:
+            _, old = _fitted_cache.popitem(last=False)
+            _fitted_bytes -= old.width * old.height * len(old.getbands())
+    return fitted
