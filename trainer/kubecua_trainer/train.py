@@ -9,7 +9,8 @@ from the latest checkpoint under its checkpoint directory on its own.
 Under torchrun (trainer.nodes x gpusPerNode > 1 processes) the run is one job: each rank plays
 its share of the episodes, the learner is FSDP2-sharded, rank 0 writes checkpoints, status and
 report (distributed.py, sharded.py, docs/distributed-training.md). rollout.maxStaleness > 0 lets
-the next steps' episodes play while a step learns.
+the next steps' episodes play while a step learns. With trainer.placement disaggregated some
+processes only generate and the others only learn (placement.py, disaggregated.py).
 The parts: step.py (one step's rollout and update), saver.py (checkpoints), stopping.py (SIGTERM),
 weight_sync.py (the engine's weights), learner_setup.py, loop.py (what the steps share).
 Run: `python -m kubecua_trainer run examples/trainingrun-local.yaml`.
