@@ -214,7 +214,7 @@ def family(
     length: int = 3,
     layout: Layout = DEFAULT_LAYOUT,
     heldout: int = 60,
-    demos: int = 30,
+    demos: int = 65,
     seed: int = 0,
     confusions: tuple[Confusion, ...] = CONFUSIONS,
 ) -> Family:

@@ -127,7 +127,7 @@ def check_learning(r: dict[str, Any]) -> None:
     for stage in ("heldout_start", "heldout_end"):
         assert seed[stage]["episodes"] == 4, stage
         assert 0 <= seed[stage]["success"] <= 1, stage
-    assert seed["train_episodes_per_step"] == [32]  # 8 tasks x groups of 4, one step
+    assert seed["train_episodes_per_step"] == [32]  # 4 tasks x groups of 8, one step
     assert r["recipe"]["warmup"]["epochs"] == 10
     assert r["verdict"]["goal_reached"] is False  # one seed cannot meet a three-seed goal
 

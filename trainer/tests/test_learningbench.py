@@ -74,8 +74,8 @@ def test_colourkeys_demonstrator_is_biased_as_family_json_states() -> None:
         assert wrong == round(c["rate"] * len(did))
         assert wrong + did.count(right) == len(did)  # the rest pressed right
     # The demonstrations fail the evaluator where the demonstrator was confused.
-    rby = next(t for t in COLOURKEYS.warmup_tasks() if t["id"] == "colourkeys-rby")
-    assert family.offline_reward(rby, family.reference_replies(rby, "demonstration")) == 0.0
+    ryr = next(t for t in COLOURKEYS.warmup_tasks() if t["id"] == "colourkeys-ryr")
+    assert family.offline_reward(ryr, family.reference_replies(ryr, "demonstration")) == 0.0
 
 
 def test_colourkeys_screen_puts_each_square_on_one_image_token() -> None:

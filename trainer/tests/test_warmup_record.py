@@ -44,16 +44,16 @@ def test_references_outside_the_action_space_are_skipped_with_a_reason() -> None
 
 def test_record_plays_the_solution_entry_it_is_told_to() -> None:
     """--solution demonstration: a task family's biased demonstrator (colourkeys pressed m for
-    the red square of colourkeys-rby) instead of the reference; a task without that entry is
-    skipped, saying so."""
-    ck = TASKS / "colourkeys" / "train"
-    refs, skipped = load_references(ck, ["colourkeys-rby", "colourkeys-bgb"], "demonstration")
-    assert [r.task_id for r in refs] == ["colourkeys-rby"]
-    assert refs[0].replies[:3] == [f"```python\npyautogui.press('{k}')\n```" for k in "mby"]
+    both red squares of colourkeys-ryr) instead of the reference; a task without that entry (a
+    held-out instance) is skipped, saying so."""
+    ck = TASKS / "colourkeys"
+    refs, skipped = load_references(ck, ["colourkeys-ryr", "colourkeys-rgb"], "demonstration")
+    assert [r.task_id for r in refs] == ["colourkeys-ryr"]
+    assert refs[0].replies[:3] == [f"```python\npyautogui.press('{k}')\n```" for k in "mym"]
     assert skipped == [
-        "colourkeys-bgb: colourkeys-bgb.solutions.json has no demonstration steps; skipped"
+        "colourkeys-rgb: colourkeys-rgb.solutions.json has no demonstration steps; skipped"
     ]
-    (ref,), _ = load_references(ck, ["colourkeys-rby"])
+    (ref,), _ = load_references(ck, ["colourkeys-ryr"])
     assert ref.replies[0] == "```python\npyautogui.press('r')\n```"
 
 

@@ -155,11 +155,11 @@ def test_colourkeys_instances_are_graded(sandbox: LocalSandbox) -> None:
 
 @pytest.mark.gui
 def test_colourkeys_biased_demonstration_fails_the_evaluator(sandbox: LocalSandbox) -> None:
-    """The warm-up's demonstrator (family.json confusions) pressed m for the red square of
-    colourkeys-rby: the evaluator, which the reference satisfies, scores that 0."""
-    task, sols = _load(COLOURKEYS / "train/colourkeys-rby.json")
+    """The warm-up's demonstrator (family.json confusions) pressed m for both red squares of
+    colourkeys-ryr: the evaluator, which the reference satisfies, scores that 0."""
+    task, sols = _load(COLOURKEYS / "train/colourkeys-ryr.json")
     keys = [a["action"] for a in sols["demonstration"]]
-    assert keys == ["pyautogui.press('m')", "pyautogui.press('b')", "pyautogui.press('y')", "DONE"]
+    assert keys == ["pyautogui.press('m')", "pyautogui.press('y')", "pyautogui.press('m')", "DONE"]
 
     async def run() -> float:
         async with SandboxClient(sandbox.url, sandbox.token, timeout=180) as sb:
