@@ -14,19 +14,27 @@ $(TINY_MODEL_STAMP): | trainer-env
 	rm -f $(TINY_MODEL)/.inputs-* && touch $@
 
 # Each demo starts afresh: a run would otherwise resume from the last demo's checkpoints.
+# DEMO_FAMILY is the task family's folder that DEMO_MANIFEST's paths name (its model and
+# demonstrations are linked under $(KUBECUA_CACHE) by the family's name).
 DEMO_MANIFEST := examples/trainingrun-local.yaml
+DEMO_FAMILY := sandbox-image/tasks/colourkeys
 DEMO_OUT := out/demo
+# One torch thread: the model is tiny, so its ops are too small to share, and with two threads
+# on a busy 2-core machine a warm-up forward and backward took 1.1-1.4 s against 0.14-0.20 s
+# with one (2026-11-28, load average ~13; 6 of the demo's demonstrations, forward and backward timed).
+DEMO_ENV := OMP_NUM_THREADS=1
 
 # It first builds the small model and records the warm-up's demonstrations on real desktops
 # (both cached under $(KUBECUA_CACHE) by a hash of their inputs; bench/learning/run.py --prepare),
 # evaluates the untrained model as the run will (`evaluate --spec`), runs the TrainingRun, and ends
-# with held-out success untrained, after the warm-up and after GRPO (bench/learning/summary.py).
+# with held-out success untrained, after the warm-up and after GRPO, each with its interval, and
+# whether GRPO's change is outside the noise (bench/learning/summary.py).
 demo: setup-apt trainer-env sandbox-env ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
-	cd trainer && .venv/bin/python -m bench.learning.run --prepare
+	cd trainer && .venv/bin/python -m bench.learning.run --prepare --family $(CURDIR)/$(DEMO_FAMILY)
 	rm -rf $(DEMO_OUT)
-	trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-typeword \
+	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-$(notdir $(DEMO_FAMILY)) \
 		--spec $(DEMO_MANIFEST) --local 2 --output-dir $(DEMO_OUT)/untrained --no-progress
-	trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
+	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
 	PYTHONPATH=trainer trainer/.venv/bin/python -m bench.learning.summary $(DEMO_OUT)
 
 # Learner speed and memory beside naive transformers (bench/learner_bench.py). Meant for the
