@@ -2,7 +2,8 @@
 model refuses (one stored under an older schema) raises InvalidSpec naming each field as kubectl
 writes it, list indexes included. The pool_readiness index, which must not raise, then holds
 nothing for the pool and logs the refusal once; a pool that parses gets an entry naming its token
-Secret as its backend does, which is what its runs' trainers mount.
+Secret as its backend does, which is what its runs' trainers mount. The pool's pass reports such
+a spec in its status and a Warning Event, naming the fields, and builds nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ import pytest
 
 from kubecua_api.errors import InvalidSpec
 from kubecua_api.sandboxpool import SandboxPoolSpec
-from kubecua_operator import main
+from kubecua_operator import k8s, main
 from kubecua_operator.parsed import parse
+from kubecua_operator.sandboxpool import reconcile
+from kubecua_operator.sandboxpool.memory import PoolMemory
 from kubecua_operator.trainingrun.model import BoundPool
+
+from .conftest import wait_until
+from .helpers import condition, pool_manifest, pool_status
 
 UID = "0f1e2d3c-aaaa-4bbb-8ccc-111122223333"
 STALE = {  # admitted by an older CRD, refused by today's model
@@ -91,3 +97,26 @@ def test_the_readiness_index_holds_nothing_for_a_bad_pool_and_logs_it_once(caplo
 def test_the_readiness_entry_names_the_token_secret_as_the_pools_backend_does(spec, secret):
     body = pool_body(spec, {"readyReplicas": 3, "conditions": [DEMAND_MET]})
     assert readiness(body) == {("ns1", "desks"): BoundPool(3, secret, ("True", "Met", "2 of 2"))}
+
+
+def test_a_stored_pool_spec_the_model_refuses_is_reported_naming_the_field_and_nothing_built(
+    kube, crds, namespace, monkeypatch
+):
+    kube.create(pool_manifest("old", namespace, 2))
+    body = wait_until(lambda: kube.get("SandboxPool", namespace, "old"), 30, "the pool")
+    body["spec"]["reset"]["strategy"] = "reboot"  # what an older schema let be stored
+    monkeypatch.setattr(k8s, "_kube", kube)  # the pass's client: this cluster's
+    asyncio.run(reconcile.reconcile_pool(body, [], PoolMemory()))
+    st = pool_status(kube, namespace, "old")
+    why = "spec.reset.strategy: Input should be 'inPlace' or 'recreate'"
+    assert (condition(st, "Ready")["status"], condition(st, "Ready")["reason"]) == (
+        "False", "InvalidSpec",
+    )  # fmt: skip
+    degraded = condition(st, "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "True", "InvalidSpec", why,
+    )  # fmt: skip
+    warnings = [e for e in kube.list("Event", namespace) if e["type"] == "Warning"]
+    assert [(e["reason"], e["message"]) for e in warnings] == [("InvalidSpec", why)]
+    assert kube.list("Pod", namespace) == []  # no sandbox
+    assert kube.list("Secret", namespace) == []  # not even the pool's token

@@ -11,12 +11,13 @@ from collections.abc import Callable
 
 import kopf
 
+from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import metrics, wakeups
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.loops import Live
+from kubecua_operator.parsed import parse_or_none
 from kubecua_operator.sandboxpool import backends, plan, prober
 from kubecua_operator.sandboxpool.memory import PoolMemory
-from kubecua_operator.sandboxpool.model import parse_pool
 from kubecua_operator.sandboxpool.reconcile import reconcile_pool
 from kubecua_operator.sandboxpool.view import LISTED, pool_children, pool_demands
 
@@ -51,7 +52,10 @@ async def run_pool_loop(
     memory = PoolMemory()
 
     def want_status() -> bool:  # episode counts matter only to a pool that recycles
-        spec = parse_pool(live.body).spec
+        pool = parse_or_none(live.body, SandboxPoolSpec)  # raising would end the prober
+        if pool is None:
+            return False
+        spec = pool.spec
         return plan.plan_options(spec, backends.get(spec.backend).recycles).recycle_after > 0
 
     poller = asyncio.create_task(probe_loop(key, memory, want_status))

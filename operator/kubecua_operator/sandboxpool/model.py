@@ -14,7 +14,7 @@ from typing import Any
 from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_operator import names
 from kubecua_operator.k8s import controller_uid
-from kubecua_operator.parsed import Parsed
+from kubecua_operator.parsed import Parsed, parse
 from kubecua_operator.trainingrun.model import Run
 
 PENDING, READY, FAILED, TERMINATING = "pending", "ready", "failed", "terminating"
@@ -25,8 +25,8 @@ Pool = Parsed[SandboxPoolSpec]
 
 
 def parse_pool(body: dict[str, Any]) -> Pool:
-    """Raises pydantic's ValidationError, naming the field, for a spec the model refuses."""
-    return Pool(body, SandboxPoolSpec.model_validate(body.get("spec") or {}))
+    """parsed.parse for a SandboxPool. Raises kubecua_api.errors.InvalidSpec naming each field."""
+    return parse(body, SandboxPoolSpec)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from kubecua_api.errors import InvalidSpec
 from kubecua_operator import conditions, events, metrics, statuswrite
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.k8s import Kube, call, kube
@@ -54,15 +55,17 @@ async def reconcile_pool(
     api, cfg = kube(), settings_mod.get()
     if memory.gone:
         return  # deleted while the watch was down; a namesake gets a loop of its own
-    pool = parse_pool(body)
-    backend = backends.get(pool.spec.backend)
-    current = await current_body(api, body, memory)
+    current = await current_body(api, body, memory)  # newer after an outage
     if current is None:
-        log.warning("pool %s/%s is gone", pool.namespace, pool.name)
+        log.warning("pool %s/%s is gone", body["metadata"]["namespace"], body["metadata"]["name"])
         return
-    if current is not body:  # read after an outage, with a newer spec
-        pool = parse_pool(current)
     body = current
+    try:
+        pool = parse_pool(body)
+    except InvalidSpec as err:  # stored under an older schema: name the fields, build nothing
+        await write_status(api, body, status.invalid_status(body, str(err)), memory)
+        return
+    backend = backends.get(pool.spec.backend)
     if body["metadata"].get("deletionTimestamp"):
         await report_deletion(api, pool, backend, indexed, memory, demands)
         return

@@ -117,6 +117,24 @@ def deleting_status(
     }
 
 
+def invalid_status(body: dict[str, Any], message: str) -> dict[str, Any]:
+    """The status of a pool whose stored spec the model refuses (one stored under an older
+    schema), as a TrainingRun's Failed condition says it: Ready False and Degraded True with
+    reason InvalidSpec, naming each field. Nothing is created, deleted or counted until the spec
+    parses, so the counts are left as last written (a merge patch leaves out what it omits)."""
+    gen = body["metadata"].get("generation", 0)
+    held = "nothing is created or deleted until the spec is fixed"
+    refused = "the spec does not parse (Degraded names the fields)"
+    conds = [
+        c.make(c.READY, False, "InvalidSpec", refused, gen),
+        c.make(c.PROGRESSING, False, "InvalidSpec", held, gen),
+        c.make(c.DEGRADED, True, "InvalidSpec", message, gen),
+        c.make(c.SCALING_LIMITED, False, "InvalidSpec", held, gen),
+    ]
+    old = (body.get("status") or {}).get("conditions") or []
+    return {"observedGeneration": gen, "conditions": c.merge(old, conds)}
+
+
 def demand_summary(demand: list[RunDemand], replicas: int) -> dict[str, Any]:
     runs = sorted(demand, key=lambda d: d.run)
     return {
