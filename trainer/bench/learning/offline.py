@@ -1,20 +1,25 @@
 """Offline calibration of the learning benchmark: the trainer's own pieces without desktops.
 
 What it does: for each seed, warms the benchmark model up on the family's demonstration
-instances (their reference replies, Learner.supervised_step as spec.warmup does) in chunks of
+instances (the demonstrator's replies: the references, or a family's biased demonstrator as
+family.json warmupSolution names; Learner.supervised_step as spec.warmup does) in chunks of
 --check-every epochs, measuring after each chunk greedy pass@1 and pass@k at temperature 1 on
-training instances (the stopping rule of spec.warmup.stopWhen) until the rule holds; then from
+training instances (the stopping rule of spec.warmup.stopWhen) until the rule holds or
+overshoots (--warm-dir keeps that warm-up per seed and later runs start from it); then from
 the same warmed weights runs the benchmark's arms: GRPO steps on the training instances
 (HFEngine sampling, tokens.Conversation samples, batch.assemble_batch, Learner.step), and
-continued supervised training on the same demonstrations for the same wall time; and measures
-greedy held-out success untrained, at the start and after each arm. Episodes are played against
-drawn screens (family.Family.screen: what the instance's window draws) or, for a family without
-them, one fixed screenshot; the reward is read from the replies (family.offline_reward: would
-these actions type exactly the expected text? with --partial-weight, plus that weight times the
-fuzzy_match ratio, as spec.reward's partial term). A run takes minutes, which is what choosing
-the model size, learning rates and steps needs.
+continued supervised training on the same demonstrations for the same wall time (at most
+--sft-max-seconds); and measures greedy held-out success untrained, at the start and after each
+arm, each held-out instance's outcome (for the paired test), and per colour of the first screen
+how often the greedy and the sampled reply press the right key (Offline.first_keys). Episodes
+are played against drawn screens (family.Family.screen: what the instance's window draws) or,
+for a family without them, one fixed screenshot; the reward is read from the replies
+(family.offline_reward: would these actions type exactly the expected text? with
+--partial-weight, plus that weight times the fuzzy_match ratio, as spec.reward's partial term).
+A run takes tens of minutes on one thread (docs/benchmarks.md has the figures), which is what
+choosing learning rates and steps needs.
 What it leaves out: the desktops (`make bench-learning` runs the real pipeline).
-How to run (from trainer/): nice -n 10 .venv/bin/python -m bench.learning.offline MODEL_DIR
+How to run (from trainer/): .venv/bin/python -m bench.learning.offline MODEL_DIR
 [--family ../sandbox-image/tasks/colourkeys] [--screenshot SHOT.png] [--seeds 0 1 2]
 [--json out.json]
 """
