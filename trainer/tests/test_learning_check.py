@@ -5,9 +5,9 @@ screens where the warm-up left it in doubt.
 Set-up (bench/learning, sandbox-image/tasks/colourkeys_tasks.py): the family's demonstrator
 presses the wrong key for some squares of one colour (family.json `confusions`: red pressed m
 in 60% of them). The benchmark model (built from a config) is warmed up (spec.warmup) on the
-recorded demonstrations whose first square has that colour, some pressing the right key first
-and some the wrong one: on a new screen led by that colour it then presses either. GRPO then
-trains on one training instance led by that colour that no demonstration shows, groups of 8
+recorded demonstrations whose first square has that colour, 3 pressing the right key first and
+2 the wrong one: on a new screen led by that colour it then presses either. GRPO then trains
+on one training instance led by that colour that none of those 5 shows, groups of 8
 three-turn episodes scored by the real evaluator, trained on the shaped reward (spec.reward:
 score + 0.5 x partial, desktop-env's fuzzy_match of the keys typed). With a warm-up this short
 an episode rarely types all three keys right, so nearly every group has equal success and only
@@ -16,8 +16,8 @@ the partial credit ranks its episodes: the check needs the shaped reward.
 What is measured: P(the right first key | screen) under the warm-up's checkpoint (step 0) and
 the last one, computed exactly (teacher forcing, no sampling) on the first screen of every
 training instance led by that colour, drawn as its window draws it (Family.screen). Assertion:
-the log-probability rises on at least MIN_SCREENS_UP of those screens (a one-sided sign test
-over screens at p < 0.01, MIN_SCREENS_UP computed from their number), and the mean probability
+the log-probability rises on at least min_screens_up(n) of those n screens (a one-sided sign test
+over screens at p < 0.01), and the mean probability
 rises by more than MIN_RISE. Why that is defensible on a loaded machine: the measurement is a
 deterministic function of the weights, so load makes it slower, not noisier; the rollouts it
 trains on are random (their batching depends on timing), which is why the check asks for a
@@ -26,7 +26,10 @@ pressed the right key first get positive advantages through the partial credit),
 screens, rather than a size. The screens share the weights, so they are not independent draws:
 the sign test guards against a fluke on one screen, not against every screen moving together.
 What it leaves out: held-out generalisation (`make demo` and `make bench-learning` measure it).
-Needs `make sandbox-env`; records the family's demonstrations once (cached)."""
+Needs `make sandbox-env`; records the family's demonstrations once (cached). Measured on the
+shared 2-core machine (2026-11-28, demonstrations cached): 248 s at load average ~9 (30
+demonstrations in the family: up on 15 of 15 screens, mean 0.478 -> 0.658) and 592 s at ~15 (65
+demonstrations since 3b0709b: up on 15 of 15, mean 0.475 -> 0.620)."""
 
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ import torch
 import yaml  # type: ignore[import-untyped]
 
 from bench.learning import run as bench
-from bench.learning.family import BENCH_PROMPT, TASKS, Family, expected_text, load
+from bench.learning.family import BENCH_PROMPT, TASKS, Family, expected_text, load, typed_text
 from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.engines.base import Generation
 from kubecua_trainer.model import load_policy
@@ -57,6 +60,7 @@ COLOURKEYS = load(TASKS / "colourkeys")
 MIN_RISE = 0.05  # absolute, in mean probability over the screens
 ALPHA = 0.01
 STEPS = 3
+RIGHT, WRONG = 3, 2  # demonstrations led by the confused colour, pressing it right / wrong
 
 pytestmark = pytest.mark.skipif(
     not launcher_path().exists(), reason=f"{launcher_path()} missing: run `make sandbox-env`"
@@ -89,15 +93,28 @@ def led_by(key: str) -> list[dict[str, Any]]:
     return [t for t in COLOURKEYS.split("train") if expected_text(t).startswith(key)]
 
 
-def demonstrations(src: Path, dst: Path, ids: set[str]) -> Path:
-    """The recorded demonstrations of `ids` only, beside a link to their screens."""
+def demonstrations(src: Path, dst: Path, key: str, right: str, wrong: str) -> tuple[Path, str]:
+    """Of the recorded demonstrations of instances led by `key`'s colour, the first RIGHT ones
+    that press `right` first and the first WRONG ones that press `wrong` first (both habits, as
+    the demonstrator has them), beside a link to their screens; and one instance led by that
+    colour that none of them shows, for GRPO."""
     dst.mkdir(parents=True)
     (dst / "screens").symlink_to(src.parent / "screens")
-    lines = [x for x in src.read_text().splitlines() if json.loads(x)["task_id"] in ids]
-    assert len(lines) == len(ids), f"recorded demonstrations lack some of {sorted(ids)}"
+    led = {t["id"] for t in led_by(key)}
+    keep: dict[str, list[str]] = {right: [], wrong: []}
+    for line in src.read_text().splitlines():
+        demo = json.loads(line)
+        first = typed_text(demo["turns"][0]["reply"])
+        if demo["task_id"] in led and first in keep:
+            keep[first].append(line)
+    counts = {k: len(v) for k, v in keep.items()}
+    assert counts[right] >= RIGHT, counts
+    assert counts[wrong] >= WRONG, counts
+    lines = keep[right][:RIGHT] + keep[wrong][:WRONG]
     out = dst / "demonstrations.jsonl"
     out.write_text("\n".join(lines) + "\n")
-    return out
+    shown = {json.loads(x)["task_id"] for x in lines}
+    return out, sorted(led - shown)[0]
 
 
 def manifest(model: Path, demos: Path, targets: list[str], out: Path) -> dict:
@@ -165,19 +182,15 @@ def first_key_logprobs(checkpoint: Path, tasks: list[dict[str, Any]], key: str) 
     return out
 
 
+# Above the suite's 600 s: it took 248 s at load average ~9 and 592 s at ~15 on the shared
+# 2-core machine (2026-11-28), its demonstrations cached; a first run also records them.
+@pytest.mark.timeout(900)
 def test_grpo_with_shaped_rewards_corrects_the_demonstrators_habit(tmp_path: Path) -> None:
     asyncio.run(bench.prepare(CACHE, COLOURKEYS))
     colour, right, wrong = confusion(COLOURKEYS)
-    shown = set(COLOURKEYS.warmup_ids)
-    demo_ids = {t["id"] for t in led_by(right) if t["id"] in shown}
-    targets = sorted(t["id"] for t in led_by(right) if t["id"] not in shown)[:1]
-    demos = demonstrations(
-        CACHE / f"demonstrations/{COLOURKEYS.name}/demonstrations.jsonl", tmp_path / "d", demo_ids
-    )
-    first_keys = {json.loads(x)["turns"][0]["reply"] for x in demos.read_text().splitlines()}
-    # The warm-up sees both habits on screens led by that colour: the right key and the wrong.
-    assert any(f"'{wrong}'" in r for r in first_keys), first_keys
-    assert any(f"'{right}'" in r for r in first_keys), first_keys
+    src = CACHE / f"demonstrations/{COLOURKEYS.name}/demonstrations.jsonl"
+    demos, target = demonstrations(src, tmp_path / "d", right, right, wrong)
+    targets = [target]
     path = tmp_path / "run.yaml"
     model = CACHE / f"models/bench-{COLOURKEYS.name}"
     path.write_text(yaml.safe_dump(manifest(model, demos, targets, tmp_path / "o")))
