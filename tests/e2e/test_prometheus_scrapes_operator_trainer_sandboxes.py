@@ -146,6 +146,8 @@ def trainingrun_manifest(urls: list[str], out: Path, metrics_port: int) -> dict:
             "checkpoint": {"everySteps": 1, "keep": 1},
             "steps": STEPS,
             "metrics": {"port": metrics_port},
+            # prices, so the cost row's money panel has a series (it is absent without them)
+            "cost": {"pricePerSandboxHour": 0.25, "pricePerGpuHour": 2.5},
             "outputDir": str(out),
         },
     }  # fmt: skip
