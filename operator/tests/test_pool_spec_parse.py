@@ -105,7 +105,9 @@ def test_a_stored_pool_spec_the_model_refuses_is_reported_naming_the_field_and_n
     kube.create(pool_manifest("old", namespace, 2))
     body = wait_until(lambda: kube.get("SandboxPool", namespace, "old"), 30, "the pool")
     body["spec"]["reset"]["strategy"] = "reboot"  # what an older schema let be stored
-    monkeypatch.setattr(k8s, "_kube", kube)  # the pass's client: this cluster's
+    # Not a stand-in: the pass talks to this test's real API server (k8s.py otherwise builds its
+    # client from the ambient kubeconfig, which names no cluster here).
+    monkeypatch.setattr(k8s, "_kube", kube)
     asyncio.run(reconcile.reconcile_pool(body, [], PoolMemory()))
     st = pool_status(kube, namespace, "old")
     why = "spec.reset.strategy: Input should be 'inPlace' or 'recreate'"
