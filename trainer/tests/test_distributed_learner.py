@@ -34,8 +34,10 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 
 def torchrun(*args: str, nproc: int = 2) -> list[str]:
-    return [str(TORCHRUN), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-            "--master-port", str(free_port()), *args]  # fmt: skip
+    # torch's own module, not a script beside the interpreter: the GPU machine's python3 keeps
+    # its scripts elsewhere (issue 31's CUDA run of test_disaggregated.py)
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *args]  # fmt: skip
 
 
 def test_two_ranks_train_like_one_process_refresh_bitwise_and_resume_exactly(

@@ -1,9 +1,10 @@
-"""One rank of a disaggregated run for tests/test_disaggregated.py (under torchrun, gloo on the
-CPU): it runs the trainer's own loop (train.train) on a manifest and, after every step, writes a
-line to <out>/rank-<r>.jsonl with this process's role, the step, the version of the weights it
-holds (Policy.version), and a SHA-256 of every trainable parameter, gathered whole where FSDP2
-sharded it: the learner's after its update and the broadcast, the generator's after it took the
-broadcast. The test compares them across ranks bit for bit.
+"""One rank of a disaggregated run for tests/test_disaggregated.py (under torchrun: gloo on the
+CPU, NCCL on GPUs): it runs the trainer's own loop (train.train) on a manifest and, after every
+step, writes a line to <out>/rank-<r>.jsonl with this process's role, the step, the version of
+the weights it holds (Policy.version), and a SHA-256 of every trainable parameter at the engine's
+dtype (bf16 on a GPU, as the broadcast sends it; the learner's own on the CPU), gathered whole
+where FSDP2 sharded it: the learner's after its update and the broadcast, the generator's after
+it took the broadcast. The test compares them across ranks bit for bit.
 
 Run: `torchrun --nproc-per-node 2 -m bench.testing.disaggregated_check run.yaml out/`
 (KUBECUA_SANDBOX_TOKEN: the desktops' token).
@@ -22,18 +23,19 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import load_manifest
-from kubecua_trainer.sharded import _full
+from kubecua_trainer.sharded import _full, engine_dtype
 from kubecua_trainer.train import RunOptions, train
 
 
-def digest(model: torch.nn.Module) -> str:
-    """SHA-256 over the trainable parameters' names and bytes, in order (collective where the
-    parameters are sharded: every learner calls it)."""
+def digest(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> str:
+    """SHA-256 over the trainable parameters' names and bytes at `dtype`, in order (collective
+    where the parameters are sharded: every learner calls it; gathered on `device`, since with
+    trainer.optimizerOffload the shards live in host memory, which NCCL cannot gather)."""
     h = hashlib.sha256()
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        full = _full(p.detach()).contiguous().cpu()
+        full = _full(p.detach().to(device, dtype)).contiguous().cpu()
         h.update(name.encode())
         h.update(full.view(torch.uint8).numpy().tobytes() if full.numel() else b"")
     return h.hexdigest()
@@ -55,7 +57,11 @@ def main(manifest: str, out: str) -> None:
             "engine": type(built["engine"]).__name__,
             "step": step,
             "version": policy.version,
-            "digest": digest(policy.model),
+            # at the engine's dtype: what the generators hold (on a GPU the learner's fp32
+            # masters cast to bf16, as the broadcast sends them; on the CPU the learner's own)
+            "digest": digest(
+                policy.model, policy.device, engine_dtype(policy.device, policy.dtype)
+            ),
             "staleness_max": stats.get("staleness_max"),
             "episodes": stats.get("episodes"),
             "loss": stats.get("loss"),
