@@ -125,6 +125,19 @@ def build_model(out: Path, smoke: bool) -> Path:
     return path
 
 
+def reuse_model(path: Path, smoke: bool) -> Path:
+    """--model-dir: the model built there once (bench/loop_scaling.py builds it before its
+    launches, so that each launch and each of its processes does not build and write the 3B
+    shape's 7 GiB again); built now where it is absent."""
+    done = path / ".built"
+    if not done.exists():
+        build_model(path, smoke)
+        done.write_text("smoke\n" if smoke else "gpu\n")
+    elif done.read_text().strip() != ("smoke" if smoke else "gpu"):
+        raise SystemExit(f"--model-dir {path} holds the {done.read_text().strip()} model")
+    return path
+
+
 def widen_processor(path: Path, max_pixels: int) -> None:
     """The image processor's own cap at the run's rollout.maxPixels (the tiny model's is 802,816
     pixels, below 720p): the recorded 1920x1080 screenshots become 1260x700 (1,125 image tokens)."""
@@ -311,6 +324,7 @@ def summarise(
     return {
         "max_staleness": staleness,
         "steps_measured": len(measured),
+        "window": [round(lo, 3), round(hi, 3)],  # time.time() of the measured steps
         "wall_seconds": round(hi - lo, 2),
         "trajectories": episodes,
         "trajectories_per_minute": round(60 * episodes / (hi - lo), 2),
@@ -415,6 +429,8 @@ async def one_mode(
     )
     result = await train(parse_training_run(obj), opts)
     if not result.main:
+        if placement == "disaggregated" and built:
+            write_generator_figures(built[0][0], a)
         return None
     if len(result.history) != a.steps:
         raise RuntimeError(f"mode {mode}: {len(result.history)} of {a.steps} steps ran")
@@ -422,8 +438,33 @@ async def one_mode(
     return summarise(result.history, engine, learner, staleness) | {"placement": placement}
 
 
+def generator_file(out: str) -> Path:
+    """Where the first generating process of a disaggregated launch leaves its engine's figures
+    (loop_scaling.merge_generator folds them into the launch's file, then removes it)."""
+    return Path(out).with_suffix(".generator.json")
+
+
+def write_generator_figures(engine: Any, a: argparse.Namespace) -> None:
+    """Rank 0 learns in the disaggregated placement, so its file has no generation figures; the
+    first generator writes its own: the engine's counters and its busy intervals (time.time(),
+    the clock of rank 0's measured window)."""
+    from kubecua_trainer.placement import default_generating
+
+    rank, w = world()
+    b = getattr(engine, "scheduler", None)
+    if not a.out or b is None or rank != w - default_generating(w):
+        return
+    doc = {"rank": rank, "generation": generation_figures(engine),
+           "busy_intervals": list(b.busy_intervals)}  # fmt: skip
+    generator_file(a.out).write_text(json.dumps(doc))
+
+
 async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, Any]:
-    model = build_model(work / "model", not gpu)
+    model = (
+        reuse_model(Path(a.model_dir), not gpu)
+        if a.model_dir
+        else build_model(work / "model", not gpu)
+    )
     ids = write_tasks(work / "tasks")
     recording = load_recording()
     with ExitStack() as stack:
@@ -523,6 +564,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
         help="skip bench-trainer's forward+backward on the loop's shape after the modes",
     )
     p.add_argument("--out", default="", help="also write the JSON here")
+    p.add_argument(
+        "--model-dir",
+        default="",
+        help="reuse the model built in this folder (built there first when absent)",
+    )
+    p.add_argument("--build-model", action="store_true", help="only build the model in --model-dir")
     a = p.parse_args(argv)
     gpu = torch.cuda.is_available() and not a.smoke
     for key, value in (GPU if gpu else SMOKE).items():
@@ -558,6 +605,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rank, _ = world()
     if gpu:  # under torchrun: this process's GPU before the model is built on it
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if a.build_model:
+        if not a.model_dir:
+            sys.exit("--build-model needs --model-dir")
+        reuse_model(Path(a.model_dir), not gpu)
+        return {"model_dir": a.model_dir}
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as work:
         doc = asyncio.run(main_async(a, Path(work), gpu))
     doc["seconds"] = round(time.monotonic() - start, 1)
