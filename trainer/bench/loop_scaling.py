@@ -96,6 +96,14 @@ def merge_generator(out: Path) -> None:
     side.unlink()  # the calls bring back 8 files at most
 
 
+def stale(modes: list[str]) -> bool:
+    """Every mode plays ahead of its learner (rollout.maxStaleness > 0: staleness_1,
+    disaggregated)."""
+    from bench.loop_bench import MODES
+
+    return all(MODES[m][0] > 0 for m in modes)
+
+
 def launch_env(world: int) -> dict[str, str]:
     """The launch's environment. torchrun gives each of several processes OMP_NUM_THREADS=1 when
     it is unset, which would leave the learner's host AdamW update (speedups/optimizer.py: the
@@ -154,6 +162,12 @@ def main(argv: list[str]) -> dict[str, Any]:
         type=Path,
         help="build the model here once (or reuse it) for every launch and process",
     )
+    p.add_argument(
+        "--stale-steps",
+        type=int,
+        help="--steps for the launches whose modes all have maxStaleness > 0 (loop_bench's "
+        "steady window needs 4 at maxStaleness 1; sync needs 2)",
+    )
     p.add_argument("bench_args", nargs="*", help="after --: bench/loop_bench.py's own arguments")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminated)  # an outer `timeout` stops the launch's workers
@@ -169,9 +183,10 @@ def main(argv: list[str]) -> dict[str, Any]:
     docs, failed = [], []
     for w, modes, name in launches(a.worlds, a.modes.split(",")):
         out = a.out_dir / name
+        steps = ["--steps", str(a.stale_steps)] if a.stale_steps and stale(modes) else []
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc-per-node", str(w), "-m", "bench.loop_bench", "--modes", ",".join(modes),
-               "--out", str(out), *bench_args]  # fmt: skip
+               "--out", str(out), *bench_args, *steps]  # fmt: skip
         left = deadline - time.monotonic() if deadline is not None else None
         if left is not None and left < 30:
             failed.append({"world": w, "modes": modes, "error": "not started: no time left"})
