@@ -184,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         print(json.dumps(run.spec.model_dump(by_alias=True, exclude_none=True), indent=2))
         return 0
+    from kubecua_trainer.speedups.cpu_threads import limit_cpu_threads
     from kubecua_trainer.train import RunOptions, train  # torch import only when running
+
+    limit_cpu_threads()
 
     in_cluster = bool(getattr(args, "trainingrun", None))
     opts = RunOptions(

@@ -22,6 +22,7 @@ from kubecua_trainer.config import (
     ConfigError,
     RolloutConfig,
     TrainingRun,
+    WarmupConfig,
     parse_training_run,
 )
 from kubecua_trainer.learner import Learner
@@ -32,7 +33,7 @@ from kubecua_trainer.sources.static import StaticSource
 from kubecua_trainer.train import RunOptions, Stop, train
 from kubecua_trainer.trajectories import read_trajectories, write_trajectories
 from kubecua_trainer.warmup.demos import demo_samples
-from kubecua_trainer.warmup.sft import reply_logprob
+from kubecua_trainer.warmup.sft import DemoFit, reply_logprob
 
 pytestmark = pytest.mark.asyncio
 
@@ -246,3 +247,38 @@ async def test_stop_when_measures_training_tasks_and_ends_the_warm_up_when_the_r
     assert [c["epochs"] for c in never["checks"]] == [3, 6, 8]  # the last chunk is shorter
     assert never["stopped_by"] == "epochs (the rule never held)"
     assert all(c["verdict"] == "go on" for c in never["checks"])
+
+
+async def test_a_warm_up_continued_from_its_state_equals_the_same_warm_up_run_at_once(
+    tmp_path: Path, tiny_model_dir: Path, policy: Policy
+) -> None:
+    """DemoFit.state_dict (warmup-state.pt, what bench/learning/continued_sft.py continues
+    from): 2 epochs, the state and the weights carried to a fresh learner, 2 more epochs give
+    bitwise the weights of 4 epochs run at once (the optimizer's moments and the shuffle go on;
+    kept samples train as rebuilt ones)."""
+    demos = list(read_trajectories(await write_demos(policy, tmp_path / "demos.jsonl")))
+    cfg = WarmupConfig.model_validate({"demonstrations": "unused", **WARMUP})
+    algorithm = AlgorithmConfig(max_turns=2, max_new_tokens=64)
+    rollout = RolloutConfig(max_pixels=MAX_PIXELS)
+
+    def fitter(p: Policy) -> DemoFit:
+        def build(demo: Any) -> list:
+            return demo_samples(p, demo, algorithm, rollout)
+
+        return DemoFit(Learner(p, algorithm), demos, build, cfg, seed=3)
+
+    at_once = load_policy(str(tiny_model_dir), device="cpu")
+    fitter(at_once).run(4)
+    first, second = (load_policy(str(tiny_model_dir), device="cpu") for _ in range(2))
+    half = fitter(first)
+    half.run(2)
+    state = half.state_dict()
+    second.model.load_state_dict(first.model.state_dict())
+    rest = fitter(second)
+    rest.load_state_dict(state)
+    rest.run(2)
+    assert (rest.epochs, rest.fit.steps) == (4, 4)  # 2 demonstrations, batches of 2
+    trained, resumed = at_once.model.state_dict(), second.model.state_dict()
+    assert not all(torch.equal(trained[k], v) for k, v in policy.model.state_dict().items())
+    for name, value in trained.items():
+        assert torch.equal(value, resumed[name]), name

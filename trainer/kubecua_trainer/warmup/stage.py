@@ -5,6 +5,10 @@ of step 0, so a resumed run skips it. A run killed (or stopped) during the warm-
 checkpoint yet and redoes the warm-up from the start when it resumes. Afterwards the engine gets
 the warmed weights (its own copy refreshed, or a disk-loading server sent the checkpoint).
 Each epoch's loss goes to the log and the console; <outputDir>/warmup.json keeps them all.
+With KUBECUA_WARMUP_STATE=1 in its environment, a run of one process also writes the warm-up's
+optimizer and shuffle state (<outputDir>/warmup-state.pt), so that its fit can be continued
+from the step-0 checkpoint (bench/learning/continued_sft.py does); off by default, as for a
+large model that state is twice its weights in fp32.
 With spec.warmup.stopWhen the epochs run in chunks, the policy measured on training tasks after
 each (warmup/stopping.py), and the warm-up ends when the rule holds (warmup.json: the checks).
 """
@@ -15,8 +19,11 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
+
+import torch
 
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
 from kubecua_trainer.warmup.sft import DemoFit
@@ -27,6 +34,7 @@ if TYPE_CHECKING:
     from kubecua_trainer.trajectories import Trajectory
 
 log = logging.getLogger(__name__)
+WARMUP_STATE = "warmup-state.pt"
 
 
 async def warm_up_if_needed(lp: Loop) -> None:
@@ -44,8 +52,12 @@ async def warm_up_if_needed(lp: Loop) -> None:
     def build(demo: Trajectory) -> list:
         return demo_samples(lp.policy, demo, spec.algorithm, spec.rollout)
 
+    last = [time.monotonic()]
+
     def on_epoch(epoch: int, loss: float) -> None:
-        log.info("warm-up epoch %d/%d: loss %.4f", epoch, cfg.epochs, loss)
+        now = time.monotonic()
+        seconds, last[0] = now - last[0], now
+        log.info("warm-up epoch %d/%d: loss %.4f (%.1f s)", epoch, cfg.epochs, loss, seconds)
         say(f"warm-up epoch {epoch}/{cfg.epochs}: loss {loss:.4f} per reply token")
 
     def should_stop() -> bool:  # every rank answers alike: the steps hold collectives
@@ -61,7 +73,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
         chunk = cfg.epochs - fitter.epochs
         if rule is not None:
             chunk = min(chunk, rule.every_epochs)
-        t1 = time.monotonic()
+        t1 = last[0] = time.monotonic()
         fit = await asyncio.to_thread(fitter.run, chunk, on_epoch, should_stop)
         fit_seconds += time.monotonic() - t1
         if fit.stopped:
@@ -69,7 +81,9 @@ async def warm_up_if_needed(lp: Loop) -> None:
             return
         if rule is None:
             continue
+        t1 = time.monotonic()
         check = await measure(lp, probe, rule, fitter.epochs)
+        log.info("warm-up check: %.1f s", time.monotonic() - t1)
         if check is None:
             say("stopped during a warm-up check; nothing saved: the next run redoes the warm-up")
             return
@@ -100,6 +114,8 @@ async def warm_up_if_needed(lp: Loop) -> None:
             if not checks or checks[-1].verdict == "go on":
                 summary["stopped_by"] = "epochs (the rule never held)"
         (lp.result.out_dir / "warmup.json").write_text(json.dumps(summary, indent=1) + "\n")
+        if os.environ.get("KUBECUA_WARMUP_STATE") == "1" and not d.enabled:
+            torch.save(fitter.state_dict(), lp.result.out_dir / WARMUP_STATE)
     await _engine_gets_weights(lp, path)
 
 
