@@ -10,7 +10,8 @@ checkpointing and offload (speedups/choice.py; --old-defaults: the settings befo
 task per step, groups of 8, 8 turns of 32 sampled tokens per episode, the recorded 1920x1080
 screenshots fitted to 1260x700. Each mode (synchronous, then rollout.maxStaleness 1) runs
 --steps steps (default 2) in one process; the first step of each (cold caches, the AdamW state's
-creation) is left out of the figures. Prints one JSON document; per mode:
+creation) is left out of the figures; with maxStaleness 1 also the second and the last
+(steady_window says why: run staleness_1 with --steps 4). Prints one JSON document; per mode:
 - generation: prefill and decode tokens/s apart (the engine's own counters), generated tokens;
 - learner: sequence tokens/s of Learner.step (forward, backward, optimizer);
 - trajectories per minute over the measured steps' wall time;
@@ -67,7 +68,11 @@ GPU = {"steps": 2, "turns": 8, "group": 8, "new_tokens": 32, "latency_scale": 1.
 SMOKE = {"steps": 2, "turns": 2, "group": 2, "new_tokens": 8, "latency_scale": 0.02}
 # mode -> (rollout.maxStaleness, spec.trainer.placement); disaggregated needs a world of 2+
 MODES = {"sync": (0, "colocated"), "staleness_1": (1, "colocated"),
-         "disaggregated": (1, "disaggregated")}  # fmt: skip
+         "disaggregated": (1, "disaggregated"),
+         "staleness_1_unshared": (1, "colocated")}  # fmt: skip
+# staleness_1_unshared: maxStaleness 1 without gpu_share.py (one stream, no chunk rule), the
+# comparison for the GPU sharing; not in the default --modes
+UNSHARED = {"staleness_1_unshared"}
 
 
 def world() -> tuple[int, int]:
@@ -304,13 +309,30 @@ def time_split(
     }
 
 
+def steady_window(steps: int, staleness: int) -> tuple[int, int, bool]:
+    """(first, end, steady): the steps rows[first:end] that a mode's figures cover, and whether
+    they show the steady state. The first step is left out (torch.compile's first calls, the
+    AdamW state's creation); with maxStaleness s also the s steps after it, whose rollouts played
+    during that cold first update (counting them would charge the cold update to the overlap or
+    hide their rollouts behind it), and the last s, whose updates no rollout overlaps (a run's
+    end, not its pace). Fewer than 2 + 2s steps: only the first is left out, and it is not the
+    steady state (issue 31 item 4: use --steps 4 for staleness_1)."""
+    if steps < 2:
+        return 0, steps, False
+    if staleness and steps >= 2 + 2 * staleness:
+        return 1 + staleness, steps - staleness, True
+    return 1, steps, staleness == 0
+
+
 def summarise(
     rows: list[dict[str, Any]], engine: Any, learner: Any, staleness: int
 ) -> dict[str, Any]:
-    """One mode's figures over its measured steps (the first left out when there are two+)."""
-    measured = rows[1:] if len(rows) > 1 else rows
-    update = deferred_updates(learner, len(rows))[-len(measured) :]
-    lo = min(r["rollout_started_at"] for r in measured)
+    """One mode's figures over its measured steps: from the end of the last left-out step's
+    update to the end of the last measured step's (steady_state says whether it is one)."""
+    first, end, steady = steady_window(len(rows), staleness)
+    measured = rows[first:end]
+    update = deferred_updates(learner, len(rows))[first:end]
+    lo = rows[first - 1]["learn_ended_at"] if first else measured[0]["rollout_started_at"]
     hi = max(r["learn_ended_at"] for r in measured)
     # every step's learning (with staleness 1 the first update overlaps the measured rollout)
     learn = [
@@ -324,6 +346,7 @@ def summarise(
     return {
         "max_staleness": staleness,
         "steps_measured": len(measured),
+        "steady_state": steady,
         "window": [round(lo, 3), round(hi, 3)],  # time.time() of the measured steps
         "wall_seconds": round(hi - lo, 2),
         "trajectories": episodes,
@@ -426,6 +449,7 @@ async def one_mode(
         source=StaticSource(urls, TOKEN),
         on_built=lambda engine, learner: built.append((engine, learner)),
         checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
+        share_gpu=mode not in UNSHARED,
     )
     result = await train(parse_training_run(obj), opts)
     if not result.main:
@@ -548,7 +572,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     p.add_argument(
         "--modes",
         default="sync,staleness_1",
-        help="which of sync,staleness_1,disaggregated to run (disaggregated: world 2+)",
+        help="which of sync,staleness_1,disaggregated,staleness_1_unshared to run "
+        "(disaggregated: world 2+)",
     )
     p.add_argument("--new-tokens", type=int, help="algorithm.maxNewTokens")
     p.add_argument("--latency-scale", type=float, help="x the recorded desktop latencies")

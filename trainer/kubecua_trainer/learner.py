@@ -13,6 +13,7 @@ at the step; see loss.py).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.distributed import Dist, balance_by_tokens
+from kubecua_trainer.gpu_share import GpuShare
 from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
 from kubecua_trainer.model import Policy
@@ -54,6 +56,9 @@ class Learner:
             params, lr=algo.learning_rate, weight_decay=0.0
         )
         self.steps = 0
+        # The GPU shared with an engine generating meanwhile (gpu_share.py; train.py sets it):
+        # the step runs on its learning stream, each sample's pass after the engine's admissions.
+        self.share: GpuShare | None = None
         self._policy_loss = POLICY_LOSSES[algo.policy_loss]
         clip = algo.gspo_clip if algo.policy_loss == "gspo" else algo.clip
         self._coefs = LossCoefficients(
@@ -117,7 +122,10 @@ class Learner:
         grad_norm = 0.0
         work = self._my_share(samples, lengths, weights)
         waiting = time.perf_counter()
-        with self.policy.lock:  # (a generation round, or the last step's deferred update)
+        share = self.share
+        streams = share.learning() if share is not None else contextlib.nullcontext()
+        # the lock first: the learning stream is drained before the lock goes (gpu_share.py)
+        with self.policy.lock, streams:  # (a generation round, or the last deferred update)
             lock_wait = time.perf_counter() - waiting
             self.policy.model.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -125,11 +133,15 @@ class Learner:
                 for i, (sample, weight, real) in enumerate(work):
                     if self.net is not None:  # reduce-scatter the gradients once, at the end
                         self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
-                    terms = self._sample_terms(sample, weight)
+                    # shared: after the engine's work, apart from its graph captures
+                    with share.chunk() if share is not None else contextlib.nullcontext():
+                        terms = self._sample_terms(sample, weight)
                     for k, v in terms.items():
                         totals[k] += v if real else 0.0
                 if samples:
-                    grad_norm = float(self._clip_and_step())
+                    fence = share.capture_fence() if share is not None else contextlib.nullcontext()
+                    with fence:  # the offloaded AdamW synchronizes the whole device
+                        grad_norm = float(self._clip_and_step())
                 if version is not None:
                     self.policy.version = version
             finally:
@@ -138,7 +150,8 @@ class Learner:
             totals = dict(zip(totals, self.dist.sum(list(totals.values())), strict=True))
         self.steps += 1
         tokens = max(sum(lengths), 1)
-        return {
+        shared = share.step_stats() if share is not None else {}
+        return shared | {
             "loss": totals["loss"],
             "kl": totals["kl"] / tokens,
             "entropy": totals["entropy"] / tokens,

@@ -47,6 +47,9 @@ class RunOptions:
     )
     # False: write no checkpoint (bench/loop_bench.py: a 3B run's optimizer state is ~50 GB)
     checkpoints: bool = True
+    # False: generation and learning overlapping on one GPU launch on the default stream with no
+    # chunk rule, as before gpu_share.py (bench/loop_bench.py's unshared comparison)
+    share_gpu: bool = True
 
 
 @dataclass

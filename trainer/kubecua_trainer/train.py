@@ -40,6 +40,7 @@ from kubecua_trainer.disaggregated import (
 from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
 from kubecua_trainer.engines import build_engine
 from kubecua_trainer.evaluation.held_out import load_held_out
+from kubecua_trainer.gpu_share import share_for
 from kubecua_trainer.learner_setup import build_learner, build_sharded_learner
 from kubecua_trainer.loop import Loop, RunOptions, RunResult
 from kubecua_trainer.metrics import TrainerMetrics
@@ -126,7 +127,11 @@ async def _train(
     if roles.generates:
         source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
     leases = SandboxLeases()
-    engine = build_engine(spec.rollout, gen) if roles.generates else NoEngine()
+    # One process whose engine generates with its own copy while the learner steps
+    # (maxStaleness >= 1): the two share the GPU by stream priority and chunks (gpu_share.py).
+    share = share_for(policy.device, not d.enabled and gen is not policy, opts.share_gpu)
+    learner.share = share
+    engine = build_engine(spec.rollout, gen, share) if roles.generates else NoEngine()
     sync = build_weight_sync(engine, policy, gen, saver.weights_for_engine, d, roles)
     if opts.on_built is not None:
         opts.on_built(engine, learner)

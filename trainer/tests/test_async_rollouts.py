@@ -115,8 +115,9 @@ def test_bandit_still_learns_when_generation_lags_one_update(policy: Policy) -> 
 async def test_a_slowed_learner_never_lets_rollouts_pass_the_staleness_bound(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    """maxStaleness 2 with a learner slowed by 2 s a step (desktops to spare): the rollouts run
-    ahead up to the bound and no further. Step j starts only after step j-3's update, and its
+    """maxStaleness 2 with a learner slowed by 2 s a step (desktops to spare), the device shared
+    between the engine and the learner (gpu_share.py): the rollouts run ahead up to the bound and
+    no further. Step j starts only after step j-3's update, and its
     samples come from weights at most 2 updates old; the bound is reached (step 3 plays wholly
     while step 1 learns, from the initial weights)."""
     bound, steps = 2, 4
@@ -142,5 +143,7 @@ async def test_a_slowed_learner_never_lets_rollouts_pass_the_staleness_bound(
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert all(0 <= r["staleness_max"] <= bound for r in rows), rows
     assert max(r["staleness_max"] for r in rows) == bound, rows  # ran ahead as far as allowed
+    # with the device shared (gpu_share.py, on by default here): each sample one learner chunk
+    assert all(r["share_chunks"] == r["samples"] > 0 for r in rows), rows
     for j in range(bound + 2, steps + 1):  # never further: step j waits for step j-3's update
         assert rows[j - 1]["rollout_started_at"] >= rows[j - bound - 2]["learn_ended_at"], rows

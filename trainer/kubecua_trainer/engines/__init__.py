@@ -12,12 +12,13 @@ from kubecua_trainer.engines.base import Engine, EngineError, Generation, Sampli
 
 if TYPE_CHECKING:
     from kubecua_trainer.config import RolloutConfig
+    from kubecua_trainer.gpu_share import GpuShare
     from kubecua_trainer.model import Policy
 
 __all__ = ["Engine", "EngineError", "Generation", "SamplingParams", "build_engine"]
 
 
-def _hf(cfg: Any, policy: Policy) -> Engine:
+def _hf(cfg: Any, policy: Policy, share: GpuShare | None = None) -> Engine:
     from kubecua_trainer.engines.hf import HFEngine
 
     # CUDA graphs wherever there is CUDA: eager decoding of a 3B model is bound by the host's
@@ -26,6 +27,7 @@ def _hf(cfg: Any, policy: Policy) -> Engine:
         policy,
         max_batch_size=min(64, cfg.max_in_flight_episodes),
         cuda_graphs=policy.device.type == "cuda",
+        share=share,
     )
 
 
@@ -58,7 +60,7 @@ def by_service_env(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{ip}:{parts.port}" if parts.port else ip))
 
 
-def _sglang(cfg: Any, policy: Policy) -> Engine:
+def _sglang(cfg: Any, policy: Policy, share: GpuShare | None = None) -> Engine:
     from kubecua_trainer.engines.sglang import READY_TIMEOUT_S, SGLangEngine
 
     urls = sglang_urls(cfg)
@@ -71,15 +73,19 @@ def _sglang(cfg: Any, policy: Policy) -> Engine:
     return SGLangEngine(urls, policy.image_pad_id, ready_timeout_s=READY_TIMEOUT_S)
 
 
-ENGINES: dict[str, Callable[[Any, Policy], Engine]] = {"hf": _hf, "sglang": _sglang}
+ENGINES: dict[str, Callable[[Any, Policy, GpuShare | None], Engine]] = {
+    "hf": _hf,
+    "sglang": _sglang,  # its servers' GPUs are their own: nothing to share
+}
 
 
-def build_engine(cfg: RolloutConfig, policy: Policy) -> Engine:
-    """The engine that cfg.engine names."""
+def build_engine(cfg: RolloutConfig, policy: Policy, share: GpuShare | None = None) -> Engine:
+    """The engine that cfg.engine names; share: the GPU it shares with the learner
+    (gpu_share.py), for the embedded engine."""
     try:
         factory = ENGINES[cfg.engine]
     except KeyError:
         raise ValueError(
             f"rollout.engine must be one of {sorted(ENGINES)}, got {cfg.engine!r}"
         ) from None
-    return factory(cfg, policy)
+    return factory(cfg, policy, share)

@@ -31,6 +31,7 @@ from kubecua_trainer.engines.embedded.prefix_store import PrefixStore
 from kubecua_trainer.engines.embedded.scheduler import Scheduler
 from kubecua_trainer.engines.embedded.sequence import EngineRecord, Request, Seq
 from kubecua_trainer.engines.embedded.static import generate_batch
+from kubecua_trainer.gpu_share import GpuShare
 from kubecua_trainer.model import Policy
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ class HFEngine:
     cuda_graphs: replay the decode step from CUDA graphs (CUDA only; keeps a bf16 copy of the
     text model's Linear weights under bf16 autocast: about 6 GB for a 3B model). packed_prefill:
     requests that join together are prefilled packed in one row (False: right-padded to one
-    length, the reference the packed path is tested against).
+    length, the reference the packed path is tested against). share: the GPU shared with a
+    learner stepping meanwhile (gpu_share.py): the worker runs on its generation stream, each
+    round drains it, and the learner reads work() to start its chunks while the engine idles.
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class HFEngine:
         seed: int | None = None,
         cuda_graphs: bool = False,
         packed_prefill: bool = True,
+        share: GpuShare | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -75,21 +79,56 @@ class HFEngine:
         self._forgotten = threading.Event()
         self._arrivals = 0
         self.scheduler: Scheduler | None = None
+        self.share = share
+        # For admissible(): requests handed to the worker (written by generate's thread only)
+        # and refused unadmitted at close (by the worker only); both only grow.
+        self._submitted = 0
+        self._dropped = 0
         self.screenshots = Screenshots(policy.processor)
         if continuous:
             generator = None
             if seed is not None:
                 generator = torch.Generator(device=policy.device).manual_seed(seed)
             runner = ModelRunner(policy, max_batch_size, cuda_graphs, packed_prefill)
+            if share is not None and runner.graphs is not None:
+                runner.graphs.fence = share.capture_fence
             store = PrefixStore(cache_bytes, cache_sequences)
             self.scheduler = Scheduler(
                 policy, runner, self.screenshots, max_batch_size, store, hold_seconds, generator,
                 self._finished,
             )  # fmt: skip
             self.batch_sizes = self.scheduler.admissions
-        target = self._serve_continuous if continuous else self._serve
-        self._thread = threading.Thread(target=target, name="hf-engine", daemon=True)
+        if share is not None:
+            share.watch(self.work)
+        self._thread = threading.Thread(target=self._work, name="hf-engine", daemon=True)
         self._thread.start()
+
+    def _work(self) -> None:
+        serve = self._serve_continuous if self.continuous else self._serve
+        if self.share is None:
+            serve()
+            return
+        with self.share.generating():  # every kernel and allocation of the worker's
+            serve()
+
+    def work(self) -> int:
+        """What the worker has to run now: its running rows plus admissible() (gpu_share.py:
+        0 means the GPU is the learner's)."""
+        b = self.scheduler
+        return 0 if b is None else len(b.rows) + self.admissible()
+
+    def admissible(self) -> int:
+        """Requests the worker could admit now (queued or pending, as many as rows are free),
+        plus those it is admitting (prefilling). Read from other threads (gpu_share.py), from
+        counters that only grow, the ones that lower the result read first: a request is never
+        missed while it moves from the queue to pending to a row (it may count a moment long)."""
+        b = self.scheduler
+        if b is None:
+            return 0
+        admitted, taken, dropped = b.admitted, b.taken, self._dropped
+        waiting = self._submitted + b.requeued - taken - dropped
+        free = b.max_batch_size - len(b.rows)
+        return min(max(waiting, 0), max(free, 0)) + max(taken - admitted, 0)
 
     async def generate(
         self, prompt_ids: list[int], images: list[Image.Image], sampling: SamplingParams
@@ -102,6 +141,7 @@ class HFEngine:
         req = Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
         if self.scheduler is not None and req.images:
             await asyncio.to_thread(self.screenshots.prepare, req)
+        self._submitted += 1  # first: admissible() never misses it
         self._queue.put(req)
         return await req.future
 
@@ -140,6 +180,7 @@ class HFEngine:
         assert b is not None
         pending: deque[Seq] = deque()
         closing = False
+        share = self.share
 
         def drain() -> None:
             nonlocal closing
@@ -176,10 +217,14 @@ class HFEngine:
             if closing:  # finish what runs, refuse what waits
                 for seq in pending:
                     seq.req.resolve(EngineError("hf engine closed"))
+                self._dropped += len(pending)
                 pending.clear()
             start = time.perf_counter()
             try:
-                b.round(pending, drain)
+                if share is None:
+                    b.round(pending, drain)
+                else:
+                    b.round(pending, drain, share.generation_round)
             except Exception as exc:  # e.g. out of memory: fail what ran, keep serving
                 log.exception("hf engine decode step failed")
                 for seq in b.fail_running():

@@ -12,6 +12,7 @@ engine's life and decoding goes on eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,10 @@ class DecodeGraphs:
         self.params: dict[str, torch.Tensor] = {}
         self.broken = False
         self.captures = 0
+        # Held around a capture: another thread's device-wide sync (a learner stepping meanwhile,
+        # inductor's autotuning, the offloaded AdamW) voids a capture and fails itself
+        # (GpuShare.capture_fence keeps them apart).
+        self.fence: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
     def refresh_weights(self) -> None:
         """(Re)fill the bf16 copies from the current weights, in place (graphs keep pointers)."""
@@ -92,7 +97,8 @@ class DecodeGraphs:
         entry = self.graphs.get((bucket, k.shape[3]))
         if entry is None:
             try:
-                entry = self._capture(static, k.shape[3])
+                with self.fence():
+                    entry = self._capture(static, k.shape[3])
             except Exception:
                 log.exception("CUDA graph capture failed; decoding eagerly from now on")
                 self.broken = True

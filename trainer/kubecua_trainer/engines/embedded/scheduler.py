@@ -5,6 +5,7 @@ policy.lock, so the learner never sees the module mid-generation."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -59,6 +60,12 @@ class Scheduler:
         self.prefill_tokens = 0
         self.reused_tokens = 0
         self.images_encoded = 0
+        # Counts for HFEngine.admissible (read from other threads, so each is written only here
+        # and only grows): requests taken from pending to admit, those whose admission ended
+        # (prefilled or refused), and running rows put back to pending on new weights.
+        self.taken = 0
+        self.admitted = 0
+        self.requeued = 0
         # (start, end) in time.time() of every round, from taking policy.lock (bench-loop)
         self.busy_intervals: deque[tuple[float, float]] = deque(maxlen=1_000_000)
 
@@ -67,12 +74,18 @@ class Scheduler:
         a weight refresh or a checkpoint load changes it."""
         return self.policy.version, sum(p._version for p in self.policy.model.parameters())
 
-    def round(self, pending: deque[Seq], drain: Callable[[], None]) -> None:
+    def round(
+        self,
+        pending: deque[Seq],
+        drain: Callable[[], None],
+        fence: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
         """Admit and decode until nothing runs or hold_seconds pass, under policy.lock; drain()
-        moves newly queued requests into pending between steps."""
+        moves newly queued requests into pending between steps. fence(): a context held inside
+        the lock (GpuShare.generation_round: the round's stream drained before the lock goes)."""
         policy = self.policy
         start = time.perf_counter()
-        with policy.lock, torch.no_grad(), policy.autocast(), engine_mode(policy.model):
+        with policy.lock, fence(), torch.no_grad(), policy.autocast(), engine_mode(policy.model):
             acquired = time.time()
             policy.model.eval()
             key = self.weights_key()
@@ -81,6 +94,7 @@ class Scheduler:
                 for seq in reversed(self.rows):  # restart on the new weights, in order
                     seq.rec.restarts += 1
                     pending.appendleft(seq)
+                    self.requeued += 1
                 self.rows.clear()
                 self.runner.release()
                 self.key = key
@@ -89,11 +103,15 @@ class Scheduler:
             while True:
                 drain()
                 joining: list[Seq] = []
-                while pending and len(self.rows) + len(joining) < self.max_batch_size:
-                    joining.append(pending.popleft())
-                if joining:
-                    self._admit(joining)
-                    self.admissions.append(len(joining))
+                try:
+                    while pending and len(self.rows) + len(joining) < self.max_batch_size:
+                        joining.append(pending.popleft())
+                        self.taken += 1
+                    if joining:
+                        self._admit(joining)
+                        self.admissions.append(len(joining))
+                finally:
+                    self.admitted += len(joining)
                 if not self.rows or time.perf_counter() - start > self.hold_seconds:
                     break
                 self._decode_step()
