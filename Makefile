@@ -47,8 +47,8 @@ include $(sort $(wildcard */make.mk */*/make.mk))
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
-setup-apt: ## install Debian packages named in hack/apt/*.txt (skipped when unchanged)
-	hack/setup-apt.sh
+setup-apt: ## install Debian packages named in hack/apt/*.txt, or in APT_LISTS (make demo: its own); skipped when unchanged
+	hack/setup-apt.sh $(APT_LISTS)
 
 setup-uv: ## install the pinned uv into the cache
 	hack/setup-uv.sh

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages listed in hack/apt/*.txt (one per line, # comments).
+# Installs the Debian packages listed in hack/apt/*.txt (one per line, # comments), or in the
+# list files given as arguments (`make demo` passes its own smaller set, hack/apt/demo/).
 # A stamp keyed by the list's hash makes repeated runs free; a changed list installs again.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${KUBECUA_CACHE:-$HOME/.cache/kubecua}
-mapfile -t pkgs < <(cat "$here"/apt/*.txt | sed 's/#.*//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)
+lists=("$@"); [[ ${#lists[@]} -gt 0 ]] || lists=("$here"/apt/*.txt)
+mapfile -t pkgs < <(cat "${lists[@]}" | sed 's/#.*//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)
 [[ ${#pkgs[@]} -eq 0 ]] && exit 0
 stamp=$cache/apt-$(printf '%s\n' "${pkgs[@]}" | sha256sum | cut -c1-16).stamp
 [[ -f $stamp ]] && exit 0
