@@ -110,6 +110,19 @@ class GpuShare:
         self._fence = threading.Lock()  # a graph capture or a learner chunk, not both
         self.chunks: deque[Chunk] = deque(maxlen=100_000)
         self._step_start = 0  # index into chunks where the current learner step began
+        self._switch_interval: float | None = None  # the process's own, while ours is set
+
+    def open(self) -> None:
+        """On the GPU, Python's switch interval at SWITCH_INTERVAL_SECONDS until close()."""
+        if self.generation_stream is not None and self._switch_interval is None:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+
+    def close(self) -> None:
+        """The process's own switch interval back (the run is over: a bench's next mode)."""
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
 
     def watch(self, engine_work: Callable[[], int]) -> None:
         """engine_work(): the engine's running rows plus the requests it could admit now or is
@@ -220,7 +233,6 @@ def share_for(device: torch.device, overlap: bool, wanted: bool) -> GpuShare | N
         log.info("GPU sharing off: generation and learning launch on the default stream")
         return None
     share = GpuShare(device)
-    if share.generation_stream is not None:
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    share.open()
     log.info("%s", share.describe())
     return share

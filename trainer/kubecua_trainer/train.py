@@ -164,6 +164,8 @@ async def _train(
             if source is not None:
                 await source.stop()
             await engine.close()
+            if share is not None:
+                share.close()
     if d.is_main:  # everything leased is back: evaluation's and a stop's episodes too
         publish_cost(cost, leases.held_seconds, metrics, patcher)
         report.render()
