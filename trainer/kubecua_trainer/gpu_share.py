@@ -95,9 +95,10 @@ class Chunk:
 
 
 class GpuShare:
-    """The engine calls watch() once with its work() and runs its worker inside generating() and
-    each round inside generation_round(); the learner runs its step inside learning() and calls
-    before_chunk() before each sample's forward and backward."""
+    """The engine calls watch() once with its work(), runs its worker inside generating(), each
+    round inside generation_round() and each graph capture inside capture_fence(); the learner
+    runs its step inside learning(), each sample's forward and backward inside chunk() and its
+    optimizer step inside capture_fence()."""
 
     def __init__(self, device: torch.device, max_yield_seconds: float = MAX_YIELD_SECONDS):
         self.device = device
