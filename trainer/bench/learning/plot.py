@@ -1,5 +1,6 @@
 """The learning benchmark's curves PNG: training success per GRPO step (one line per seed and
-the control) and held-out success before and after (one pair of points per run)."""
+the control) and held-out success before and after (one pair of points per run; the
+continued-SFT arm's one evaluation drawn at the GRPO arm's last step)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def curves(doc: dict[str, Any], path: Path) -> None:
             label=f"{label}: {a['success']:.2f} -> {b['success']:.2f} "
             f"({a['episodes']} episodes each)",
         )
+    for arm in doc.get("arms", []):  # the continued-SFT arm: its one evaluation, at GRPO's end
+        sft, end = arm["sft"]["heldout_end"], arm["grpo"]["heldout_end"]
+        label = f"seed {arm['grpo']['seed']} continued SFT: {sft['success']:.2f}"
+        held.plot([end["step"]], [sft["success"]], "s", label=label)
     train.set(
         title="training instances: success per GRPO step",
         xlabel="step",
