@@ -63,10 +63,11 @@ bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktop
 	cd trainer && .venv/bin/python -m bench.rollout_overlap $(BENCH_ARGS)
 
 # Learning on held-out tasks (bench/learning/run.py): a task family's folder (BENCH_ARGS="--family
-# ../sandbox-image/tasks/colourkeys"; typeword by default), a model built from a config, a warm-up on
+# ../sandbox-image/tasks/typeword"; colourkeys by default), a model built from a config, a warm-up on
 # recorded demonstrations ended by spec.warmup.stopWhen, then per seed three arms from it: GRPO,
-# supervised training continued for GRPO's wall time, an LR-0 control; a pooled McNemar test; real
-# local desktops. Prints JSON; out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed, 1 step,
+# supervised training continued beside GRPO's steps for their wall time, an LR-0 control; a pooled
+# McNemar test; real local desktops, the seeds side by side (3 desktops each). Prints JSON;
+# out/bench-learning/curves.png. BENCH_ARGS=--smoke: 1 seed, 1 step,
 # 4 held-out instances (make test runs it in tests/bench/, and a learning check in trainer/tests/test_learning_check.py).
 # The curriculum by pass rate against uniform sampling on the offline suite (no desktops;
 # bench/learning/curriculum_ab.py): zero-variance groups and held-out success per arm, one command.
