@@ -17,7 +17,7 @@ $(TINY_MODEL_STAMP): | trainer-env
 # DEMO_FAMILY is the task family's folder that DEMO_MANIFEST's paths name (its model and
 # demonstrations are linked under $(KUBECUA_CACHE) by the family's name).
 DEMO_MANIFEST := examples/trainingrun-local.yaml
-DEMO_FAMILY := sandbox-image/tasks/colourkeys
+DEMO_FAMILY := sandbox-image/tasks/colourkeys-demo
 DEMO_OUT := out/demo
 # One torch thread: the model is tiny, so its ops are too small to share, and with two threads
 # on a busy 2-core machine a warm-up forward and backward took 1.1-1.4 s against 0.14-0.20 s
@@ -29,7 +29,18 @@ DEMO_ENV := OMP_NUM_THREADS=1
 # evaluates the untrained model as the run will (`evaluate --spec`), runs the TrainingRun, and ends
 # with held-out success untrained, after the warm-up and after GRPO, each with its interval, and
 # whether GRPO's change is outside the noise (bench/learning/summary.py).
-demo: setup-apt trainer-env sandbox-env ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
+# Its set-up is its own: the Debian packages two local desktops and the CPU trainer need
+# (hack/apt/demo/desktops.txt: about 210 packages, 135 MB onto a minimal Debian 12, against about
+# 830 and 660 MB for make test's hack/apt/*.txt) installed while uv fills the three venvs (apt
+# waits on the disk, uv on the network: they overlap), then the local desktop account. No Chromium,
+# so no chrome link (desktop-host): the family's window is a Tk program.
+DEMO_APT := hack/apt/demo/desktops.txt
+.PHONY: demo-setup
+demo-setup:
+	$(MAKE) --no-print-directory -j4 APT_LISTS=$(DEMO_APT) setup-apt trainer-env desktop-env episode-env
+	$(MAKE) --no-print-directory APT_LISTS=$(DEMO_APT) desktop-account
+
+demo: demo-setup ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
 	cd trainer && .venv/bin/python -m bench.learning.run --prepare --family $(CURDIR)/$(DEMO_FAMILY)
 	rm -rf $(DEMO_OUT)
 	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-$(notdir $(DEMO_FAMILY)) \

@@ -174,13 +174,14 @@ def test_example_manifest_is_valid_local_run(monkeypatch) -> None:
     assert run.name == "demo-local"
     assert run.spec.sandboxes.local is not None
     assert run.spec.sandboxes.local.replicas == 2
-    assert run.spec.model.path == "/cache/models/bench-colourkeys"  # bench.learning.run --prepare
+    assert run.spec.model.path == "/cache/models/bench-colourkeys-demo"  # run --prepare
     assert run.spec.tasks.path is not None
     assert run.spec.evaluation is not None
-    assert run.spec.tasks.path.endswith("sandbox-image/tasks/colourkeys/train")
-    assert str(run.spec.evaluation.tasks.path).endswith("sandbox-image/tasks/colourkeys/heldout")
+    assert run.spec.tasks.path.endswith("sandbox-image/tasks/colourkeys-demo/train")
+    heldout = str(run.spec.evaluation.tasks.path)
+    assert heldout.endswith("sandbox-image/tasks/colourkeys-demo/heldout")
     assert run.spec.warmup is not None
-    assert run.spec.warmup.demonstrations.startswith("/cache/demonstrations/colourkeys/")
+    assert run.spec.warmup.demonstrations.startswith("/cache/demonstrations/colourkeys-demo/")
 
 
 def test_cli_validate_exit_codes(tmp_path: Path, capsys) -> None:

@@ -189,7 +189,7 @@ def test_evaluate_with_spec_evaluates_as_that_run_does(
     args = cli.parser().parse_args([*common, "--output-dir", str(tmp_path / "a")])
     spec = evaluation_run(args).spec
     assert spec.evaluation is not None
-    assert str(spec.evaluation.tasks.path).endswith("sandbox-image/tasks/colourkeys/heldout")
+    assert str(spec.evaluation.tasks.path).endswith("sandbox-image/tasks/colourkeys-demo/heldout")
     assert (spec.evaluation.temperature, spec.evaluation.max_turns) == (0.0, 3)
     assert (spec.rollout.max_pixels, spec.algorithm.max_new_tokens) == (5600, 16)
     assert spec.rollout.system_prompt is not None

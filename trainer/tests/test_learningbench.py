@@ -7,12 +7,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.learning import family, paired
 from bench.learning.run import verdict
 from bench.learning.summary import summary
 
 TYPEWORD = family.load(family.TASKS / "typeword")
 COLOURKEYS = family.load(family.TASKS / "colourkeys")
+# `make demo`'s family: the same generator, red the one confused colour.
+COLOURKEYS_DEMO = family.load(family.TASKS / "colourkeys-demo")
+# Each colourkeys-made family: its split sizes, its demonstrator's confusions (right key ->
+# key pressed instead) and a demonstrated instance whose demonstration fails the evaluator.
+SQUARE_FAMILIES = [
+    pytest.param(COLOURKEYS, (65, 60), {"r": "m", "g": "y"}, "colourkeys-ryr", id="colourkeys"),
+    pytest.param(COLOURKEYS_DEMO, (95, 30), {"r": "g"}, "colourkeys-demo-rbr", id="demo"),
+]
 
 
 def test_typeword_splits_and_warmup_instances() -> None:
@@ -25,12 +35,15 @@ def test_typeword_splits_and_warmup_instances() -> None:
     assert (TYPEWORD.max_pixels, TYPEWORD.max_turns) == (784, 1)
 
 
-def test_colourkeys_heldout_sequences_are_new_compositions_of_demonstrated_keys() -> None:
-    train, heldout = COLOURKEYS.split("train"), COLOURKEYS.split("heldout")
+@pytest.mark.parametrize(("fam", "sizes", "confusions", "failing"), SQUARE_FAMILIES)
+def test_colourkeys_heldout_sequences_are_new_compositions_of_demonstrated_keys(
+    fam: family.Family, sizes: tuple[int, int], confusions: dict[str, str], failing: str
+) -> None:
+    train, heldout = fam.split("train"), fam.split("heldout")
     seqs = {split: [family.expected_text(t) for t in tasks]
             for split, tasks in (("train", train), ("heldout", heldout))}  # fmt: skip
-    demos = [family.expected_text(t) for t in COLOURKEYS.warmup_tasks()]
-    assert (len(train), len(heldout)) == (65, 60)
+    demos = [family.expected_text(t) for t in fam.warmup_tasks()]
+    assert (len(train), len(heldout)) == sizes
     # No held-out sequence is a training instance or a demonstration.
     assert not set(seqs["heldout"]) & set(seqs["train"])
     assert set(demos) <= set(seqs["train"])
@@ -39,21 +52,24 @@ def test_colourkeys_heldout_sequences_are_new_compositions_of_demonstrated_keys(
     # The answer is on the screen only: every instance has the same instruction.
     assert len({t["instruction"] for t in train + heldout}) == 1
     # Several actions an episode, and partial credit declared beside the evaluator.
-    assert COLOURKEYS.max_turns == 3
+    assert fam.max_turns == 3
     assert all(t["partial"]["func"] == "fuzzy_match" for t in heldout)
 
 
-def test_colourkeys_demonstrator_is_biased_as_family_json_states() -> None:
+@pytest.mark.parametrize(("fam", "sizes", "want_confusions", "failing"), SQUARE_FAMILIES)
+def test_colourkeys_demonstrator_is_biased_as_family_json_states(
+    fam: family.Family, sizes: tuple[int, int], want_confusions: dict[str, str], failing: str
+) -> None:
     """The warm-up's demonstrations come from the biased demonstrator: on each confused colour
     it presses the stated wrong key on exactly round(rate x squares) of the demonstrated
     squares of that colour, every other square right; the references stay right."""
-    assert COLOURKEYS.warmup_solution == "demonstration"
-    keys = {s["name"]: s["key"] for s in COLOURKEYS.meta["symbols"]}
-    confusions = {keys[c["symbol"]]: c for c in COLOURKEYS.meta["confusions"]}
-    assert {k: c["pressed"] for k, c in confusions.items()} == {"r": "m", "g": "y"}
+    assert fam.warmup_solution == "demonstration"
+    keys = {s["name"]: s["key"] for s in fam.meta["symbols"]}
+    confusions = {keys[c["symbol"]]: c for c in fam.meta["confusions"]}
+    assert {k: c["pressed"] for k, c in confusions.items()} == want_confusions
     pressed: dict[str, list[str]] = {k: [] for k in keys.values()}
-    warm = {t["id"] for t in COLOURKEYS.warmup_tasks()}
-    for task in COLOURKEYS.split("train") + COLOURKEYS.split("heldout"):
+    warm = {t["id"] for t in fam.warmup_tasks()}
+    for task in fam.split("train") + fam.split("heldout"):
         want = family.expected_text(task)
         assert family.offline_reward(task, family.reference_replies(task)) == 1.0
         shown = "".join(family.typed_text(r) or "" for r in
@@ -74,8 +90,8 @@ def test_colourkeys_demonstrator_is_biased_as_family_json_states() -> None:
         assert wrong == round(c["rate"] * len(did))
         assert wrong + did.count(right) == len(did)  # the rest pressed right
     # The demonstrations fail the evaluator where the demonstrator was confused.
-    ryr = next(t for t in COLOURKEYS.warmup_tasks() if t["id"] == "colourkeys-ryr")
-    assert family.offline_reward(ryr, family.reference_replies(ryr, "demonstration")) == 0.0
+    bad = next(t for t in fam.warmup_tasks() if t["id"] == failing)
+    assert family.offline_reward(bad, family.reference_replies(bad, "demonstration")) == 0.0
 
 
 def test_colourkeys_screen_puts_each_square_on_one_image_token() -> None:

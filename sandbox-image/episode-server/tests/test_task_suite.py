@@ -145,6 +145,9 @@ COLOURKEYS = TASKS_DIR / "colourkeys"
 COLOURKEYS_SAMPLE = [
     COLOURKEYS / "train/colourkeys-rby.json",
     COLOURKEYS / "heldout/colourkeys-rgb.json",
+    # `make demo`'s family (tasks/colourkeys-demo/, the same generator, smaller splits): one
+    # held-out instance stands for it.
+    TASKS_DIR / "colourkeys-demo/heldout/colourkeys-demo-brg.json",
 ]
 
 
@@ -156,13 +159,19 @@ def test_colourkeys_instances_are_graded(sandbox: LocalSandbox) -> None:
 @pytest.mark.gui
 def test_colourkeys_biased_demonstration_fails_the_evaluator(sandbox: LocalSandbox) -> None:
     """The warm-up's demonstrator (family.json confusions) pressed m for both red squares of
-    colourkeys-ryr: the evaluator, which the reference satisfies, scores that 0."""
-    task, sols = _load(COLOURKEYS / "train/colourkeys-ryr.json")
-    keys = [a["action"] for a in sols["demonstration"]]
-    assert keys == ["pyautogui.press('m')", "pyautogui.press('y')", "pyautogui.press('m')", "DONE"]
+    colourkeys-ryr, and g for both red squares of colourkeys-demo-rbr (`make demo`'s family):
+    the evaluator, which the references satisfy, scores both 0."""
+    cases = {
+        "colourkeys/train/colourkeys-ryr.json": "mym",
+        "colourkeys-demo/train/colourkeys-demo-rbr.json": "gbg",
+    }
+    loaded = {path: _load(TASKS_DIR / path) for path in cases}
+    for path, pressed in cases.items():
+        keys = [a["action"] for a in loaded[path][1]["demonstration"]]
+        assert keys == [*(f"pyautogui.press('{k}')" for k in pressed), "DONE"]
 
-    async def run() -> float:
+    async def run() -> list[float]:
         async with SandboxClient(sandbox.url, sandbox.token, timeout=180) as sb:
-            return await _score(sb, task, sols["demonstration"])
+            return [await _score(sb, task, sols["demonstration"]) for task, sols in loaded.values()]
 
-    assert asyncio.run(run()) == 0.0
+    assert asyncio.run(run()) == [0.0, 0.0]
