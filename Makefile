@@ -17,6 +17,10 @@ UV := $(KUBECUA_CACHE)/bin/uv-$(UV_VERSION)/uv
 export UV
 BIN := $(KUBECUA_CACHE)/bin
 export PATH := $(BIN):$(PATH)
+# Every suite's pytest prints its 25 slowest steps (setup, call, teardown) of 1 s or more, so a CI
+# log shows where make test's time goes. Set here, not in each pyproject.toml: the images copy
+# those files into the layer that installs their dependencies, and a change there rebuilds it.
+export PYTEST_ADDOPTS ?= --durations=25 --durations-min=1
 
 # $(eval $(call python-project,NAME,DIR)) gives a uv project in DIR (pyproject.toml + uv.lock):
 #   NAME-env   uv sync --locked into DIR/.venv (fast when already in sync)
