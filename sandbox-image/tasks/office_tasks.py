@@ -63,10 +63,13 @@ def open_in_office(path: str, title: str) -> list[dict]:
 
 
 # Save in the file's own format: ctrl+s, wait (up to 30 s: the first save of a session loads the
-# export filters) until LibreOffice's "Keep current format" dialog (a second window of the app)
-# has the focus, press Enter on its default button, then wait until the file on disk has
-# changed, as a careful agent checks before saying DONE (the save is asynchronous; the
-# evaluation reads it at once).
+# export filters) until either the file on disk has changed or LibreOffice's "Keep current
+# format" dialog (a second window of the app) has the focus, press Enter on its default button
+# only in the second case, then wait until the file has changed, as a careful agent checks before
+# saying DONE (the save is asynchronous; the evaluation reads it at once). The dialog comes only
+# where Microsoft's formats are not the default: the OSWorld start state makes them the default
+# (desktop-server's session/osworld_start_state.toml), so here the save usually goes straight
+# through, and waiting for a dialog that never comes cost 30 s a save.
 def save_keep_format(name: str) -> dict:
     return gui(
         "import pathlib, subprocess\n"
@@ -75,8 +78,8 @@ def save_keep_format(name: str) -> dict:
         f"def active(): return {ACTIVE}\n"
         "def stamp(): return doc.stat().st_mtime_ns if doc.exists() else 0\n"
         "before, old = n(), stamp(); pyautogui.hotkey('ctrl', 's')\n"
-        + poll(f"n() > before and {name!r} not in active()")
-        + "\ntime.sleep(0.3); pyautogui.press('enter')\n"
+        + poll(f"stamp() != old or n() > before and {name!r} not in active()")
+        + "\nif stamp() == old: time.sleep(0.3); pyautogui.press('enter')\n"
         + poll("stamp() != old")
         + "\ntime.sleep(0.5)"
     )
