@@ -88,6 +88,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
             say("stopped during a warm-up check; nothing saved: the next run redoes the warm-up")
             return
         checks.append(check)
+        log.info(check.line(rule.k))  # in the log too: a run stopped later keeps no warmup.json
         say(check.line(rule.k))
         if check.verdict != "go on":
             break
