@@ -128,7 +128,10 @@ def check_learning(r: dict[str, Any]) -> None:
         assert seed[stage]["episodes"] == 4, stage
         assert 0 <= seed[stage]["success"] <= 1, stage
     assert seed["train_episodes_per_step"] == [32]  # 4 tasks x groups of 8, one step
-    assert r["recipe"]["warmup"]["epochs"] == 10
+    assert r["recipe"]["warmup"]["epochs"] == 3
+    (row,) = r["per_seed"]  # the three arms' figures side by side (no control in the smoke)
+    assert 0 <= row["heldout_sft"] <= 1
+    assert row["sft_more_epochs"] >= 1
     assert r["verdict"]["goal_reached"] is False  # one seed cannot meet a three-seed goal
 
 

@@ -106,7 +106,7 @@ RECIPE: dict[str, Any] = {
 # (--control-steps to match them).
 CONTROL_STEPS = 2
 SMOKE = {"steps": 1, "seeds": [0], "heldout": 4, "control": False}
-SMOKE_WARMUP_EPOCHS = 10  # the smoke checks that the pipeline runs through, not that it learns
+SMOKE_WARMUP_EPOCHS = 3  # the smoke checks that the pipeline runs through, not that it learns
 # (its stopping rule measures 2 training instances, 2 sampled episodes each)
 
 
@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="1 seed, 10 warm-up epochs, 1 step, 4 held-out, no control",
+        help="1 seed, 3 warm-up epochs, 1 step, 4 held-out, no control",
     )
     p.add_argument("--prepare", action="store_true", help="only build the model, record demos")
     args = p.parse_args(argv)
