@@ -156,14 +156,8 @@ class GpuShare:
         """One engine round (under the engine's policy lock): after whatever the default stream
         holds (a weight refresh), and drained before the lock goes, so a refresh that takes the
         lock next never writes weights a queued kernel still reads."""
-        stream = self.generation_stream
-        if stream is not None:
-            stream.wait_stream(torch.cuda.default_stream(self.device))
-        try:
+        with self._after_default_drained(self.generation_stream):
             yield
-        finally:
-            if stream is not None:
-                stream.synchronize()
 
     @contextlib.contextmanager
     def learning(self) -> Iterator[None]:
@@ -171,15 +165,20 @@ class GpuShare:
         stream's work; its stream drained at the end, so whoever takes policy.lock next (the
         weight refresh, a checkpoint) reads final weights on any stream."""
         self._step_start = len(self.chunks)
-        stream = self.learning_stream
+        with _on(self.learning_stream), self._after_default_drained(self.learning_stream):
+            yield
+
+    @contextlib.contextmanager
+    def _after_default_drained(self, stream: torch.cuda.Stream | None) -> Iterator[None]:
+        """The stream orders itself after the default stream's work on entry and is drained on
+        exit (nothing on the CPU)."""
         if stream is not None:
             stream.wait_stream(torch.cuda.default_stream(self.device))
-        with _on(stream):
-            try:
-                yield
-            finally:
-                if stream is not None:
-                    stream.synchronize()
+        try:
+            yield
+        finally:
+            if stream is not None:
+                stream.synchronize()
 
     @contextlib.contextmanager
     def chunk(self) -> Iterator[None]:
