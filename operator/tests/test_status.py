@@ -157,3 +157,32 @@ def test_a_run_asking_for_capacity_shows_its_pools_demand_met_while_active():
     assert c.find(st["conditions"], "DemandMet") is None  # a suspended run asks nothing
     st = run_status({**run, "spec": RUN_SPEC}, Observed(None, 1, pool_demand=short), "T0")
     assert c.find(st["conditions"], "DemandMet") is None  # no capacity asked
+
+
+def merge_patch(stored: dict, patch: dict) -> dict:
+    """RFC 7386 for a flat status with list values, as the API server applies {"status": ...}."""
+    out = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def test_a_status_write_racing_a_forged_one_leaves_exactly_the_computed_status():
+    """The loop compares its next pass with what it wrote, so its write must leave the stored
+    owned fields equal to it even when someone else wrote in between (CI, 2026-11-28: a forged
+    startTime in the year 2099 outlived a write computed before it, and the next pass saw no
+    change to make)."""
+    from kubecua_operator.trainingrun.status import OWNED
+
+    before = {"metadata": {"generation": 1}, "spec": RUN_SPEC, "status": {"phase": "Pending"}}
+    new = run_status(before, Observed(JobView("j"), 0), "2026-11-28T00:00:00Z")
+    forged = {"phase": "Succeeded", "startTime": "2099-01-01T00:00:00Z",
+              "completionTime": "2099-01-02T00:00:00Z", "readySandboxes": 9}  # fmt: skip
+    stored = merge_patch(forged, new)
+    assert set(OWNED) <= set(new)  # each owned field said, None where it has no value
+    assert {k: stored.get(k) for k in OWNED} == {k: new[k] for k in OWNED}
+    assert (stored["phase"], "startTime" in stored, "completionTime" in stored) == (
+        "Pending", False, False)  # fmt: skip

@@ -218,16 +218,16 @@ def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, 
         "restarts": seen.job.failed if seen.job else int(old.get("restarts") or 0),
         "observedGeneration": gen,
     }
-    if seen.ready_sandboxes is not None:
-        status["readySandboxes"] = seen.ready_sandboxes
-    # A time in the future is not this operator's: dropped (None removes it in the merge patch).
+    # Every owned field is in the patch, None where it has no value (a merge patch removes it):
+    # a write that races someone else's then leaves the stored fields equal to this status, so
+    # comparing the next pass with what was written is sound (a key left out would keep a forged
+    # value the comparison cannot see).
+    status["readySandboxes"] = seen.ready_sandboxes
+    # A time in the future is not this operator's: dropped.
     start = c.not_future(old.get("startTime"), now) or (now if phase == RUNNING else None)
-    if start or old.get("startTime"):
-        status["startTime"] = start
-    if phase in (SUCCEEDED, FAILED):
-        status["completionTime"] = c.not_future(old.get("completionTime"), now) or now
-    elif old.get("completionTime"):
-        status["completionTime"] = None
+    status["startTime"] = start
+    done = phase in (SUCCEEDED, FAILED)
+    status["completionTime"] = (c.not_future(old.get("completionTime"), now) or now) if done else None
     return status
 
 
