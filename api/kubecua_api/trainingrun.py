@@ -15,11 +15,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kubecua_api.common import (
     LABEL_VALUE_PATTERN,
@@ -481,6 +483,14 @@ class EvaluationConfig(ApiModel):
         " the last.",
     )
     at_start: bool = Field(default=True, description="Evaluate before the first step (step 0).")
+    before_warmup: bool = Field(
+        default=False,
+        description="Also evaluate the starting model before spec.warmup, as every evaluation"
+        " of the run does, into untrained/evaluations/step-0000/ under the run's output"
+        " directory (the layout of `kubecua_trainer evaluate --output-dir <out>/untrained`; the"
+        " report shows it as its own point); once per run, and not in the status or metrics."
+        " Needs spec.warmup: without one, step 0 is the starting model already.",
+    )
     episodes_per_task: int = Field(
         default=1,
         ge=1,
@@ -587,6 +597,28 @@ class TrainingRunSpec(ApiModel):
         max_length=4096,
         description="Local mode only: where reports, episodes and checkpoints go.",
     )
+
+    @model_validator(mode="after")
+    def _before_warmup_needs_warmup(self) -> TrainingRunSpec:
+        # A ValidationError with the field's own location, not a ValueError: a model rule's
+        # error would name spec alone, and the CRD's CEL rule names spec.evaluation.beforeWarmup.
+        if self.evaluation is not None and self.evaluation.before_warmup and self.warmup is None:
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "before_warmup",
+                            "evaluates the starting model before the warm-up: it needs"
+                            " spec.warmup (without one, step 0's evaluation is of the starting"
+                            " model already; leave beforeWarmup false)",
+                        ),
+                        loc=("evaluation", "beforeWarmup"),  # as the aliases name it
+                        input=True,
+                    )
+                ],
+            )
+        return self
 
     @field_validator("steps")
     @classmethod

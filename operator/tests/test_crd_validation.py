@@ -373,6 +373,11 @@ BAD = [
         ),
         "spec.trainer.placement: Invalid value",
     ),
+    (
+        "beforeWarmup without a warm-up",
+        with_spec(RUN, evaluation={"tasks": {"path": "/t"}, "beforeWarmup": True}),
+        "spec.evaluation.beforeWarmup: Invalid value",
+    ),
 ]
 
 
@@ -462,8 +467,8 @@ def test_defaults_fill_an_evaluation_and_a_warmup(cluster, crds, namespace):
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump(run))
     got = json.loads(cluster.kubectl("get", "trun", "ev", "-n", namespace, "-o", "json").stdout)
     assert got["spec"]["evaluation"] == {
-        "tasks": {"path": "/t"}, "everySteps": 0, "atStart": True, "episodesPerTask": 1,
-        "temperature": 0,
+        "tasks": {"path": "/t"}, "everySteps": 0, "atStart": True, "beforeWarmup": False,
+        "episodesPerTask": 1, "temperature": 0,
     }  # fmt: skip
     assert got["spec"]["warmup"] == {
         "demonstrations": "/d", "epochs": 1, "batchSize": 8, "learningRate": 1e-05,
@@ -562,6 +567,11 @@ GOOD = [
         rollout={"engine": "sglang", "sglangUrls": ["http://s:30000"]},
     ),
     with_spec(RUN, tasks={"configMapRef": "t", "curriculum": {"band": {"low": 0.5, "high": 0.5}}}),
+    with_spec(
+        RUN,
+        evaluation={"tasks": {"path": "/t"}, "beforeWarmup": True},
+        warmup={"demonstrations": "/d"},
+    ),
 ]
 
 
