@@ -195,6 +195,7 @@ def test_evaluate_with_spec_evaluates_as_that_run_does(
     assert spec.rollout.system_prompt is not None
     assert spec.rollout.system_prompt.startswith("You control a Linux desktop")
     assert (spec.steps, spec.warmup) == (0, None)  # evaluates MODEL; trains nothing
+    assert spec.evaluation.before_warmup is False  # the manifest's run schedule, not taken
     # A flag given as well wins over the manifest.
     flags = ["--temperature", "0.7", "--episodes-per-task", "3", "--output-dir", str(tmp_path)]
     spec = evaluation_run(cli.parser().parse_args([*common, *flags])).spec

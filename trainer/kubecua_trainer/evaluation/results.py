@@ -25,6 +25,9 @@ from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
 
 ACTION_SPACE, OBSERVATION_TYPE = "pyautogui", "screenshot"
+# <output dir>/untrained/ holds the evaluation of the starting model before the warm-up
+# (spec.evaluation.beforeWarmup), laid out as above; report/views.py reads it from there.
+UNTRAINED = "untrained"
 
 
 def evaluations_dir(out_dir: str | Path) -> Path:

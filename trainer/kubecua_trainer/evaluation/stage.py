@@ -7,6 +7,8 @@ checkpointed first (when checkpoint.everySteps did not already), so an evaluatio
 is stopped never costs training work, and the weights behind each figure stay on disk (within
 checkpoint.keep) for a standalone evaluation. A stop abandons an evaluation (its sandboxes are
 released) and the run exits as stopped.
+With evaluation.beforeWarmup the starting model is evaluated too, before the warm-up, by the same
+rules (not checkpointed: the warm-up's checkpoint is step 0), into untrained/evaluations/.
 Figures: evaluation/scoring.py; files: evaluation/results.py; episodes: evaluation/runner.py.
 """
 
@@ -44,28 +46,60 @@ def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:
 
 
 async def evaluate_if_due(lp: Loop, step: int) -> None:
-    cfg, held_out = lp.spec.evaluation, lp.held_out
-    if cfg is None or held_out is None:
+    cfg = lp.spec.evaluation
+    if cfg is None or lp.held_out is None or not is_due(cfg, step, lp.spec.steps):
         return
-    tasks, domains = held_out.tasks, held_out.domains
-    out_dir = lp.result.out_dir
-    d = lp.dist
-    if not is_due(cfg, step, lp.spec.steps):
-        return
-    if d.broadcast(results.is_done(out_dir, step) if d.is_main else None):
+    if _done(lp, lp.result.out_dir, step):
         return  # a resumed run: this step's figures are on disk already
     if step > lp.saver.step:  # collective, as every rank gets here
         lp.saver.save(step)  # the work behind the figures is kept whatever happens next
+    await _evaluate(lp, cfg, step, untrained=False)
+
+
+async def evaluate_untrained_if_asked(lp: Loop) -> bool:
+    """spec.evaluation.beforeWarmup: the starting model, evaluated as the run's step 0 is, into
+    <outputDir>/untrained/ (what `evaluate --output-dir <outputDir>/untrained` writes, which the
+    report and bench/learning/summary.py read). Only before the warm-up has run (no checkpoint
+    yet: after it, the starting weights are gone) and until its summary.json is written.
+    False: a stop abandoned it (agreed by the ranks)."""
+    cfg = lp.spec.evaluation
+    if cfg is None or lp.held_out is None or not cfg.before_warmup or lp.saver.path is not None:
+        return True
+    if _done(lp, lp.result.out_dir / results.UNTRAINED, 0):
+        return True  # a run killed or stopped during the warm-up: evaluated already
+    return await _evaluate(lp, cfg, 0, untrained=True)
+
+
+def _done(lp: Loop, out_dir: Path, step: int) -> bool:
+    """Whether step's summary.json is on rank 0's disk, for every rank."""
+    d = lp.dist
+    return bool(d.broadcast(results.is_done(out_dir, step) if d.is_main else None))
+
+
+async def _evaluate(lp: Loop, cfg: EvaluationConfig, step: int, untrained: bool) -> bool:
+    """Every rank plays its share; rank 0 writes the results and publishes them (an untrained
+    evaluation: only the report and a console line, as the status and metrics follow the run's
+    steps). False: a stop abandoned it, and the run exits as stopped."""
+    assert lp.held_out is not None
+    tasks, domains = lp.held_out.tasks, lp.held_out.domains
     t0 = time.monotonic()
     episodes = await _play(lp, cfg, tasks, step)
+    name = "the untrained model" if untrained else f"step {step}"
     if episodes is None:
-        lp.progress.say(f"evaluation of step {step} stopped; the next run evaluates it again")
+        lp.progress.say(f"evaluation of {name} stopped; the next run evaluates it again")
         lp.result.stopped_at = lp.saver.step  # the run is not finished: exit as stopped
-        return
-    if d.is_main:
+        lp.stop.requested.set()  # agreed by the ranks: a stop on every rank
+        return False
+    if lp.dist.is_main:
+        out_dir = lp.result.out_dir / results.UNTRAINED if untrained else lp.result.out_dir
         summary = _summary(lp, cfg, step, episodes, tasks, domains, time.monotonic() - t0)
         results.write_results(results.start_fresh(out_dir, step), summary, episodes, domains)
-        _publish(lp, summary, episodes)
+        if untrained:
+            lp.report.render()
+            lp.progress.say(console_line(summary, f"evaluation of {name} (before the warm-up)"))
+        else:
+            _publish(lp, summary, episodes)
+    return True
 
 
 async def _play(
@@ -155,11 +189,11 @@ def republish_last(lp: Loop) -> None:
         lp.patcher.patch({"evaluation": build_evaluation_status(summary, finished)})
 
 
-def console_line(summary: dict[str, Any]) -> str:
+def console_line(summary: dict[str, Any], title: str | None = None) -> str:
     """e.g. "evaluation at step 4: success 38% of 8 scored episodes (1 excluded: timeout 1),
-    pass@4 75%, 12.3s"."""
+    pass@4 75%, 12.3s"; `title` replaces "evaluation at step 4"."""
     rate = summary["success_rate"]
-    text = f"evaluation at step {summary['step']}: "
+    text = (title or f"evaluation at step {summary['step']}") + ": "
     text += f"success {rate:.0%}" if rate is not None else "success n/a"
     text += f" of {summary['scored']} scored episodes"
     if summary["excluded"]:

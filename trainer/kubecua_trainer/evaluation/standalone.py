@@ -144,6 +144,7 @@ def _from_spec(path: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     evaluation = spec.evaluation.model_dump(by_alias=True, exclude_none=True)
     evaluation.pop("everySteps", None)
     evaluation.pop("atStart", None)
+    evaluation.pop("beforeWarmup", None)  # a run's schedule: this evaluates MODEL, no warm-up
     evaluation.setdefault("maxTurns", spec.algorithm.max_turns)  # the run's fallback too
     rollout = spec.rollout.model_dump(by_alias=True, exclude_none=True)
     algorithm = {"maxNewTokens": spec.algorithm.max_new_tokens}

@@ -6,9 +6,10 @@ Layout under the output directory:
     episodes/screens/<key>/turn-00.png  each turn's screenshot at the desktop's size, final.png
     history.jsonl                     one line of statistics per step
     evaluations/step-NNNN/...         written by the evaluation (summary.json, episodes.jsonl)
-    untrained/evaluations/step-0000/  optional: the untrained model evaluated outside the run
-                                      (make demo: kubecua_trainer evaluate --output-dir
-                                      <out>/untrained), shown as its own point and "before"
+    untrained/evaluations/step-0000/  optional: the untrained model evaluated before the warm-up
+                                      (spec.evaluation.beforeWarmup, as make demo does, or
+                                      kubecua_trainer evaluate --output-dir <out>/untrained),
+                                      shown as its own point and "before"
     warmup.json                       the warm-up's record: the run's step 0 is the warm-up's
     report.html, curves.png           the index and its curves, rebuilt by every render()
     pages/step-NNNN.html              a step's filmstrips, written once (again if its episodes

@@ -8,8 +8,9 @@ eval-step-N, untrained) that a browser can find.
 The held-out panel spans the whole run (step 0 to the last step), so one evaluation is a point
 on that axis, not alone on an axis of its own; the run's evaluations are joined by a line, and
 its first one is marked apart (step 0: the untrained model, or the warm-up's result when the run
-warmed up). An evaluation of the untrained model made outside the run (make demo's; see
-report/__init__.py) is its own hollow marker at step 0, not joined to the line."""
+warmed up). An evaluation of the untrained model before the warm-up (make demo's:
+spec.evaluation.beforeWarmup; see report/__init__.py) is its own hollow marker at step 0, not
+joined to the line."""
 
 from __future__ import annotations
 

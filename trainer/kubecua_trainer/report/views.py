@@ -11,6 +11,7 @@ from hashlib import sha1
 from pathlib import Path
 from typing import Any
 
+from kubecua_trainer.evaluation.results import UNTRAINED
 from kubecua_trainer.report.overlays import action_marks, describe, shapes
 from kubecua_trainer.trajectories import Trajectory, read_trajectories
 
@@ -103,12 +104,10 @@ def load_evaluations(out_dir: Path) -> list[dict[str, Any]]:
     return [found[s] for s in sorted(found)]
 
 
-UNTRAINED = "untrained"  # <out>/untrained: `kubecua_trainer evaluate --output-dir <out>/untrained`
-
-
 def load_untrained(out_dir: Path) -> dict[str, Any] | None:
-    """The step-0 summary of an evaluation of the model before any training made outside the
-    run, in <out_dir>/untrained/ (make demo writes one there), with "dir"; None without one."""
+    """The step-0 summary of an evaluation of the model before any training (the run's own with
+    spec.evaluation.beforeWarmup, or `evaluate --output-dir <out_dir>/untrained`), in
+    <out_dir>/untrained/, with "dir"; None without one."""
     found = load_evaluations(out_dir / UNTRAINED)
     return found[0] if found and int(found[0]["step"]) == 0 else None
 
