@@ -26,9 +26,11 @@ DEMO_ENV := OMP_NUM_THREADS=1
 
 # It first builds the small model and records the warm-up's demonstrations on real desktops
 # (both cached under $(KUBECUA_CACHE) by a hash of their inputs; bench/learning/run.py --prepare),
-# evaluates the untrained model as the run will (`evaluate --spec`), runs the TrainingRun, and ends
-# with held-out success untrained, after the warm-up and after GRPO, each with its interval, and
-# whether GRPO's change is outside the noise (bench/learning/summary.py).
+# runs the TrainingRun, which evaluates the untrained model itself before its warm-up
+# (spec.evaluation.beforeWarmup, into $(DEMO_OUT)/untrained: no second trainer process and pair
+# of desktops for it), and ends with held-out success untrained, after the warm-up and after
+# GRPO, each with its interval, and whether GRPO's change is outside the noise
+# (bench/learning/summary.py).
 # Its set-up is its own: the Debian packages two local desktops and the CPU trainer need
 # (hack/apt/demo/desktops.txt: about 210 packages, 135 MB onto a minimal Debian 12, against about
 # 830 and 660 MB for make test's hack/apt/*.txt) installed while uv fills the three venvs (apt
@@ -43,8 +45,6 @@ demo-setup:
 demo: demo-setup ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
 	cd trainer && .venv/bin/python -m bench.learning.run --prepare --family $(CURDIR)/$(DEMO_FAMILY)
 	rm -rf $(DEMO_OUT)
-	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer evaluate $(KUBECUA_CACHE)/models/bench-$(notdir $(DEMO_FAMILY)) \
-		--spec $(DEMO_MANIFEST) --local 2 --output-dir $(DEMO_OUT)/untrained --no-progress
 	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
 	PYTHONPATH=trainer trainer/.venv/bin/python -m bench.learning.summary $(DEMO_OUT)
 
