@@ -227,7 +227,9 @@ def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, 
     start = c.not_future(old.get("startTime"), now) or (now if phase == RUNNING else None)
     status["startTime"] = start
     done = phase in (SUCCEEDED, FAILED)
-    status["completionTime"] = (c.not_future(old.get("completionTime"), now) or now) if done else None
+    status["completionTime"] = (
+        (c.not_future(old.get("completionTime"), now) or now) if done else None
+    )
     return status
 
 
