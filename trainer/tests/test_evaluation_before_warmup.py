@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from loopback_sandbox import TOKEN, LoopbackSandbox
-from test_warmup_stage import warm_run, write_demos
+from test_warmup_stage import supervised_step_dying_at, warm_run, write_demos
 
 from kubecua_trainer.learner import Learner
 from kubecua_trainer.model import Policy
@@ -58,13 +58,7 @@ async def test_before_warmup_evaluates_the_starting_model_once_apart_from_step_0
     out = tmp_path / "out"
     untrained = out / "untrained" / "evaluations" / "step-0000"
     real_step = Learner.supervised_step
-    calls: list[int] = []
-
-    def dies_at_the_third_step(self: Learner, samples: list, optimizer: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("killed")  # the process dies here: nothing after it runs
-        return real_step(self, samples, optimizer)
+    dies_at_the_third_step, _ = supervised_step_dying_at(3)
 
     with StopsAtAStart() as sandbox:
         sandbox.loop = asyncio.get_running_loop()

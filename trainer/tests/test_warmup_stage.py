@@ -119,18 +119,27 @@ async def test_warm_up_raises_every_demonstrated_replys_probability(
         assert after > before + 10.0, (demo.task_id, before, after)
 
 
+def supervised_step_dying_at(n: int) -> tuple[Any, list[int]]:
+    """A stand-in for Learner.supervised_step that raises at its n-th call (the process is
+    killed there: nothing after it runs) and otherwise does the real step; and its calls."""
+    real_step = Learner.supervised_step
+    calls: list[int] = []
+
+    def step(self: Learner, samples: list, optimizer: Any) -> Any:
+        calls.append(1)
+        if len(calls) == n:
+            raise RuntimeError("killed")
+        return real_step(self, samples, optimizer)
+
+    return step, calls
+
+
 async def test_a_run_killed_during_warm_up_redoes_it_from_the_start(
     tmp_path: Path, tiny_model_dir: Path, policy: Policy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     demos = await write_demos(policy, tmp_path / "demos.jsonl")
     real_step = Learner.supervised_step
-    calls: list[int] = []
-
-    def dies_at_the_third_step(self: Learner, samples: list, optimizer: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("killed")  # the process dies here: nothing after it runs
-        return real_step(self, samples, optimizer)
+    dies_at_the_third_step, calls = supervised_step_dying_at(3)
 
     with LoopbackSandbox() as sandbox:
         source = StaticSource([sandbox.url], TOKEN)
