@@ -44,10 +44,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import faulthandler
 import gc
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -628,6 +630,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     start = time.monotonic()
     rank, _ = world()
+    # A launch stopped at its time limit (loop_scaling) or by torchrun gets SIGTERM: every
+    # thread's stack goes to stderr first, so a hang says where each process waited.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     if gpu:  # under torchrun: this process's GPU before the model is built on it
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if a.build_model:

@@ -91,8 +91,7 @@ class WeightBroadcast:
                 if self.is_source:
                     dist.broadcast(full.contiguous().to(self._device()), src=0, group=self.group)
                 del full
-        if self.policy.device.type == "cuda":  # this worker thread's current device is not it
-            torch.cuda.synchronize(self.policy.device)
+            self._landed()
         return time.perf_counter() - start
 
     @torch.no_grad()
@@ -112,11 +111,22 @@ class WeightBroadcast:
         got = int(version.item())
         if got != step:  # the loops went out of step: the weights would be mislabelled
             raise RuntimeError(f"weights of step {got} broadcast where step {step} was due")
-        with self.policy.lock:
+        with self.policy.lock:  # the engine steps (and captures its CUDA graphs) under it
             for name in names:
                 params[name].copy_(self._buffers[name])
             self.policy.version = got
+            self._landed()
         self.received.append(got)
-        if self.policy.device.type == "cuda":  # this worker thread's current device is not it
-            torch.cuda.synchronize(self.policy.device)
         return time.perf_counter() - start
+
+    def _landed(self) -> None:
+        """Wait for this thread's copies and broadcasts, on its own stream only. Not
+        torch.cuda.synchronize: a device-wide sync waits on the stream the engine's thread may be
+        capturing a CUDA graph on, which voids the capture and fails the sync. (On 2 x H200,
+        2026-11-28, a generator's capture failed with "operation not permitted when stream is
+        capturing" and the run hung; this was its threads' one device-wide call while it
+        generated.) Under the policy's lock on a generator, so no capture can be under way. The
+        broadcasts joined this stream when they were issued (ProcessGroupNCCL), so its sync
+        covers them."""
+        if self.policy.device.type == "cuda":
+            torch.cuda.current_stream(self.policy.device).synchronize()
