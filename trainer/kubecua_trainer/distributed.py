@@ -134,9 +134,20 @@ def init_from_env(timeout_minutes: float = 30.0, min_world: int = 2) -> Dist:
     return d
 
 
-def shutdown(d: Dist) -> None:
-    if d.enabled and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(d: Dist, failed: bool = False) -> None:
+    """Leave the job's process groups. failed: this process is leaving on an error, while the
+    others may be waiting in a collective for it. NCCL's orderly destroy then waits on them (2 x
+    H200, 2026-11-28: a generating process whose rollout raised sat in destroy_process_group,
+    the learner in its all-reduce, until the job's limit), so its communicators are aborted
+    instead: the process exits, torchrun sees the failure and stops the others, and the error
+    reaches the log. torch's abort is private (experimental in 2.11); without it, destroy."""
+    if not (d.enabled and dist.is_initialized()):
+        return
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    if failed and abort is not None and dist.get_backend() == "nccl":
+        abort()
+        return
+    dist.destroy_process_group()
 
 
 def spec_processes(spec: TrainingRunSpec) -> int:

@@ -70,6 +70,7 @@ def seed_everything(seed: int) -> None:
 async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
     opts = opts or RunOptions()
     d = init_from_env()
+    failed = True  # until _train returns: an error leaves the others waiting (shutdown says why)
     try:
         check_world(run.spec, d.world, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         roles = join_roles(placement_of(run.spec, d.world), d)
@@ -77,11 +78,13 @@ async def train(run: TrainingRun, opts: RunOptions | None = None) -> RunResult:
         if opts.handle_signals:
             stop.listen(signal.SIGTERM, already=bool(opts.signals_seen))
         try:
-            return await _train(run, opts, stop, d, roles)
+            result = await _train(run, opts, stop, d, roles)
+            failed = False
+            return result
         finally:
             stop.close()
     finally:
-        shutdown(d)
+        shutdown(d, failed)
 
 
 async def _train(

@@ -100,6 +100,18 @@ def rows(out: Path, rank: int) -> list[dict]:
     return [json.loads(x) for x in (out / f"rank-{rank}.jsonl").read_text().splitlines()]
 
 
+def launched(cmd: list[str], env: dict[str, str], seconds: float) -> subprocess.CompletedProcess:
+    """The torchrun job, failed with what its processes printed when it outlasts `seconds` (kept
+    under the suite's pytest timeout, whose report would show only this process's threads)."""
+    try:
+        return subprocess.run(cmd, cwd=TRAINER_DIR, env=env, capture_output=True, text=True,
+                              timeout=seconds)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in
+                    (e.stdout, e.stderr))  # fmt: skip
+        pytest.fail(f"torchrun ran past {seconds:.0f} s; its output:\n{out[-3000:]}\n{err[-6000:]}")
+
+
 def test_one_generating_and_one_learning_process_keep_the_weights_versioned_bit_for_bit(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
@@ -122,8 +134,7 @@ def test_one_generating_and_one_learning_process_keep_the_weights_versioned_bit_
                    "spec": spec}  # fmt: skip
             manifest.write_text(yaml.safe_dump(obj))
             cmd = torchrun("-m", "bench.testing.disaggregated_check", str(manifest), str(out))
-            proc = subprocess.run(cmd, cwd=TRAINER_DIR, env=env, capture_output=True, text=True,
-                                  timeout=300)  # fmt: skip
+            proc = launched(cmd, env, seconds=250)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
     learner, generator = rows(out, 0), rows(out, 1)
     assert [r["engine"] for r in learner + generator] == ["NoEngine"] * 3 + ["HFEngine"] * 3
