@@ -30,19 +30,20 @@ the warm-up's instance ids and the rollout settings its screens need (maxPixels,
 the benchmark reads (trainer/bench/learning/family.py), so nothing about a family is hard-coded
 there. Leaves out: distractors, and any wording a real VLM would need beyond the table.
 
-The demonstrator (`confusions`): the warm-up's demonstrations are not the reference solutions
-but what a systematically biased demonstrator did on those instances, as when demonstrations
-are recorded by a weaker agent or a person with habits. Each Confusion names a colour, the key
-the demonstrator presses for it instead of the right one, and the share of that colour's
-demonstrated squares where it does (drawn with `seed`, exactly round(rate x squares)); every
-other square is pressed right. The reference solutions and the evaluator stay correct. With
-rate 0.6 a policy that imitates the demonstrations presses the wrong key greedily on that colour
-while sampling at temperature 1 still finds the right one about 40% of the time: supervised
-training on these demonstrations converges to the bias, and reinforcement learning against the
-evaluator can turn the sampled successes into greedy ones (pass@k into pass@1). Each
-demonstration is written as the `demonstration` entry of its <id>.solutions.json (the recorder
-plays it with `--solution demonstration`; family.json names it `warmupSolution` and counts the
-confused squares under `confusions`); without confusions the warm-up plays the references.
+The demonstrator (`confusions`, `misread`, `quits`; colourkeys_demonstrator.py says what each
+habit teaches and why): the warm-up's demonstrations are not the reference solutions but what a
+demonstrator with habits did on those instances. A Confusion presses another key for one colour
+on a share of that colour's demonstrated squares; a Misread reads the row from the wrong end
+(the rightmost square's key) on a share of the turns where the two ends differ; Quits ends a
+share of the demonstrations with DONE one square early. Each is drawn exactly with `seed`; the
+reference solutions and the evaluator stay correct. With rate 0.6 a policy that imitates the
+demonstrations does the wrong thing greedily while sampling at temperature 1 still does the
+right one about 40% of the time: supervised training on these demonstrations converges to the
+bias, and reinforcement learning against the evaluator can turn the sampled successes into
+greedy ones (pass@k into pass@1). Each demonstration is written as the `demonstration` entry of
+its <id>.solutions.json (the recorder plays it with `--solution demonstration`; family.json
+names it `warmupSolution` and counts the drawn habits under `confusions` and, for a family that
+has them, `misread` and `quits`); without habits the warm-up plays the references.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 
+from colourkeys_demonstrator import Confusion, Misread, Quits, demonstrator
 from taskkit import FILES, H, gui, launch, task, wait_window
 
 TITLE = "kubecua-colourkeys"
@@ -65,13 +67,6 @@ class Symbol:
     name: str
     colour: str  # Tk / HTML #rrggbb
     key: str  # one character, pressed with pyautogui.press
-
-
-@dataclass(frozen=True)
-class Confusion:
-    symbol: str  # the colour's name (Symbol.name) the demonstrator misreads
-    pressed: str  # the key it presses instead
-    rate: float  # the share of that colour's demonstrated squares where it does
 
 
 @dataclass(frozen=True)
@@ -178,36 +173,6 @@ def split(n_symbols: int, length: int, heldout: int, demos: int, seed: int) -> F
     raise ValueError(f"no {demos} training sequences show all {n_symbols} symbols")
 
 
-def demonstrator(
-    demos: list[tuple[int, ...]],
-    symbols: tuple[Symbol, ...],
-    confusions: tuple[Confusion, ...],
-    seed: int,
-) -> tuple[list[str], dict[str, dict[str, int]]]:
-    """The keys the biased demonstrator presses on each demonstrated sequence, and per confused
-    colour how many demonstrated squares it has and how many the demonstrator got wrong.
-
-    Example: demos [(0, 1), (0, 0)] over red r / green g with Confusion("red", "g", 0.7): of the
-    three red squares round(2.1) = 2, drawn with `seed`, are pressed g, the green one g: the keys
-    are e.g. ['gg', 'gr'], the count {"red": {"squares": 3, "confused": 2}}."""
-    index = {s.name: i for i, s in enumerate(symbols)}
-    keys = [[symbols[i].key for i in seq] for seq in demos]
-    counts = {}
-    rng = random.Random(f"demonstrator-{seed}")
-    for c in confusions:
-        if c.symbol not in index or not 0.0 <= c.rate <= 1.0 or len(c.pressed) != 1:
-            raise ValueError(f"confusion {c}: needs a known colour, one key and a rate in 0..1")
-        if c.pressed == symbols[index[c.symbol]].key:
-            raise ValueError(f"confusion {c}: the key pressed instead is the right key")
-        cells = [(d, p) for d, seq in enumerate(demos) for p, i in enumerate(seq)
-                 if i == index[c.symbol]]  # fmt: skip
-        confused = rng.sample(cells, round(c.rate * len(cells)))
-        for d, p in confused:
-            keys[d][p] = c.pressed
-        counts[c.symbol] = {"squares": len(cells), "confused": len(confused)}
-    return ["".join(k) for k in keys], counts
-
-
 def family(
     name: str = "colourkeys",
     symbols: tuple[Symbol, ...] = SYMBOLS,
@@ -217,13 +182,16 @@ def family(
     demos: int = 65,
     seed: int = 0,
     confusions: tuple[Confusion, ...] = CONFUSIONS,
+    misread: Misread | None = None,
+    quits: Quits | None = None,
 ) -> Family:
     """Register the family's tasks (taskkit) and its family.json; returns its splits."""
     if length > layout.cols:
         raise ValueError(f"{length} squares do not fit a row of {layout.cols} cells")
     fam = split(len(symbols), length, heldout, demos, seed)
     text = instruction(symbols)
-    pressed, counts = demonstrator(fam.demos, symbols, confusions, seed)
+    pressed, counts, habits = demonstrator(fam.demos, symbols, confusions, seed, misread, quits)
+    biased = bool(confusions) or bool(habits)
     shown = dict(zip(fam.demos, pressed, strict=True))
 
     def tid(seq: tuple[int, ...]) -> str:
@@ -254,9 +222,15 @@ def family(
                 folder=f"{name}/{part}",
                 partial={"func": "fuzzy_match", "result": check, "expected": expected},
                 solutions={"demonstration": [gui(f"pyautogui.press({k!r})") for k in shown[seq]]}
-                if confusions and seq in shown
+                if biased and seq in shown
                 else None,
             )
+    # The other habits, each absent when the demonstrator has none (colourkeys_demonstrator.py).
+    others = {
+        name: {**asdict(h), **habits[name]}
+        for name, h in (("misread", misread), ("quits", quits))
+        if h is not None
+    }
     meta = {
         "name": name,
         "generator": "sandbox-image/tasks/colourkeys_tasks.py",
@@ -268,8 +242,9 @@ def family(
         "warmup": [tid(s) for s in fam.demos],
         # The solutions entry the warm-up's demonstrations are recorded from, and the bias in
         # them (the demonstrator's; the reference solutions are right).
-        "warmupSolution": "demonstration" if confusions else "reference",
+        "warmupSolution": "demonstration" if biased else "reference",
         "confusions": [{**asdict(c), **counts[c.symbol]} for c in confusions],
+        **others,
         # What a run on this family needs: one image token a cell, one action a square.
         "rollout": {"maxPixels": layout.max_pixels, "maxTurns": length},
     }

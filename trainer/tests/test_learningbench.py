@@ -4,8 +4,11 @@ verdict, and the demo's closing lines (no desktops, no model)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -15,13 +18,13 @@ from bench.learning.summary import summary
 
 TYPEWORD = family.load(family.TASKS / "typeword")
 COLOURKEYS = family.load(family.TASKS / "colourkeys")
-# `make demo`'s family: the same generator, red the one confused colour.
+# `make demo`'s family: the same generator, a demonstrator that quits one square early.
 COLOURKEYS_DEMO = family.load(family.TASKS / "colourkeys-demo")
 # Each colourkeys-made family: its split sizes, its demonstrator's confusions (right key ->
 # key pressed instead) and a demonstrated instance whose demonstration fails the evaluator.
 SQUARE_FAMILIES = [
     pytest.param(COLOURKEYS, (65, 60), {"r": "m", "g": "y"}, "colourkeys-ryr", id="colourkeys"),
-    pytest.param(COLOURKEYS_DEMO, (95, 30), {"r": "g"}, "colourkeys-demo-rbr", id="demo"),
+    pytest.param(COLOURKEYS_DEMO, (95, 30), {}, "colourkeys-demo-rbm", id="demo"),
 ]
 
 
@@ -62,11 +65,15 @@ def test_colourkeys_demonstrator_is_biased_as_family_json_states(
 ) -> None:
     """The warm-up's demonstrations come from the biased demonstrator: on each confused colour
     it presses the stated wrong key on exactly round(rate x squares) of the demonstrated
-    squares of that colour, every other square right; the references stay right."""
+    squares of that colour, every other square right; a demonstrator that quits (family.json
+    `quits`) ends exactly round(rate x demonstrations) of those ending in each colour one
+    square early; the references stay right."""
     assert fam.warmup_solution == "demonstration"
     keys = {s["name"]: s["key"] for s in fam.meta["symbols"]}
     confusions = {keys[c["symbol"]]: c for c in fam.meta["confusions"]}
     assert {k: c["pressed"] for k, c in confusions.items()} == want_confusions
+    quits = fam.meta.get("quits")
+    quit_by_last: dict[str, list[bool]] = {k: [] for k in keys.values()}
     pressed: dict[str, list[str]] = {k: [] for k in keys.values()}
     warm = {t["id"] for t in fam.warmup_tasks()}
     for task in fam.split("train") + fam.split("heldout"):
@@ -77,6 +84,9 @@ def test_colourkeys_demonstrator_is_biased_as_family_json_states(
         if task["id"] not in warm:
             assert shown == want  # no demonstration: the reference stands in
             continue
+        quit_by_last[want[-1]].append(len(shown) == len(want) - 1)
+        if quits and len(shown) == len(want) - 1:
+            want = want[:-1]  # stopped with the last square on the screen
         assert len(shown) == len(want)
         for right, key in zip(want, shown, strict=True):
             pressed[right].append(key)
@@ -89,9 +99,58 @@ def test_colourkeys_demonstrator_is_biased_as_family_json_states(
         assert (len(did), wrong) == (c["squares"], c["confused"])
         assert wrong == round(c["rate"] * len(did))
         assert wrong + did.count(right) == len(did)  # the rest pressed right
-    # The demonstrations fail the evaluator where the demonstrator was confused.
+    if quits is None:
+        assert not any(q for flags in quit_by_last.values() for q in flags)
+    else:
+        assert sum(sum(flags) for flags in quit_by_last.values()) == quits["drawn"] > 0
+        for last, flags in quit_by_last.items():
+            assert sum(flags) == round(quits["rate"] * len(flags)), last
+    # The demonstrations fail the evaluator where the demonstrator was confused or quit.
     bad = next(t for t in fam.warmup_tasks() if t["id"] == failing)
     assert family.offline_reward(bad, family.reference_replies(bad, "demonstration")) == 0.0
+
+
+def _demonstrator() -> ModuleType:
+    """The generator's demonstrator (sandbox-image/tasks/colourkeys_demonstrator.py, plain
+    Python with no imports from the task kit), loaded from its file."""
+    path = family.TASKS / "colourkeys_demonstrator.py"
+    spec = importlib.util.spec_from_file_location("colourkeys_demonstrator", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demonstrator_habits_are_drawn_exactly_on_their_eligible_cases() -> None:
+    dm = _demonstrator()
+    rgb = tuple(SimpleNamespace(name=n, key=n[0]) for n in ("red", "green", "blue"))
+    # Misread: reads the rightmost square still shown; a turn is eligible only where the two
+    # ends differ (rrr and the last turn never are).
+    keys, _, habits = dm.demonstrator([(0, 1, 2)], rgb, (), 0, misread=dm.Misread(1.0))
+    assert (keys, habits) == (["bbb"], {"misread": {"turns": 2, "drawn": 2}})
+    keys, _, habits = dm.demonstrator([(0, 1, 2), (0, 0, 0)], rgb, (), 0, dm.Misread(0.5))
+    assert keys[0] in ("bgb", "rbb")
+    assert keys[1] == "rrr"
+    assert habits == {"misread": {"turns": 2, "drawn": 1}}
+    # Quits: DONE one square early on round(rate x n) of the demonstrations ending in each
+    # colour; every key it does press is right.
+    demos = [(0, 1), (1, 1), (0, 2), (2, 2)]
+    keys, _, habits = dm.demonstrator(demos, rgb, (), 3, quits=dm.Quits(0.5))
+    assert habits == {"quits": {"demonstrations": 4, "drawn": 2}}
+    assert [len(k) for k in keys[:2]].count(1) == 1  # one of the two ending in green
+    assert [len(k) for k in keys[2:]].count(1) == 1  # one of the two ending in blue
+    refs = ["".join(rgb[i].key for i in seq) for seq in demos]
+    assert all(ref.startswith(k) for ref, k in zip(refs, keys, strict=True))
+    # A confusion counts only the squares pressed: the square left on the screen is not one.
+    confused = (dm.Confusion("red", "g", 1.0),)
+    keys, counts, _ = dm.demonstrator([(0, 0)], rgb, confused, 0, quits=dm.Quits(1.0))
+    assert (keys, counts) == (["g"], {"red": {"squares": 1, "confused": 1}})
+    # No habit: the references' keys.
+    assert dm.demonstrator(demos, rgb, (), 0) == (["rg", "gg", "rb", "bb"], {}, {})
+    with pytest.raises(ValueError, match=r"rate in 0\.\.1"):
+        dm.demonstrator(demos, rgb, (), 0, quits=dm.Quits(1.5))
 
 
 def test_colourkeys_screen_puts_each_square_on_one_image_token() -> None:

@@ -158,12 +158,13 @@ def test_colourkeys_instances_are_graded(sandbox: LocalSandbox) -> None:
 
 @pytest.mark.gui
 def test_colourkeys_biased_demonstration_fails_the_evaluator(sandbox: LocalSandbox) -> None:
-    """The warm-up's demonstrator (family.json confusions) pressed m for both red squares of
-    colourkeys-ryr, and g for both red squares of colourkeys-demo-rbr (`make demo`'s family):
-    the evaluator, which the references satisfy, scores both 0."""
+    """The warm-up's demonstrator pressed m for both red squares of colourkeys-ryr (family.json
+    confusions), and quit with the magenta square of colourkeys-demo-rbm still on the screen
+    (`make demo`'s family, family.json quits): the evaluator, which the references satisfy,
+    scores both 0."""
     cases = {
         "colourkeys/train/colourkeys-ryr.json": "mym",
-        "colourkeys-demo/train/colourkeys-demo-rbr.json": "gbg",
+        "colourkeys-demo/train/colourkeys-demo-rbm.json": "rb",
     }
     loaded = {path: _load(TASKS_DIR / path) for path in cases}
     for path, pressed in cases.items():
