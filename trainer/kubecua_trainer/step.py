@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from kubecua_trainer.rollout.groups import (
 )
 from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
 from kubecua_trainer.status import build_curriculum_status
+from kubecua_trainer.threads import to_thread_on
 from kubecua_trainer.tokens import check_image_pads
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     if forget is not None and spec.rollout.max_staleness == 0:
         # Synchronous: no stored turn will be continued, so its KV goes before the learner needs
         # the memory (the embedded engine's worker frees it once idle; up to 10 s wait).
-        await asyncio.to_thread(forget, 10.0)
+        await to_thread_on(lp.policy.device, forget, 10.0)
     learn_started = time.time()
     learns = roles is None or roles.learns
     learned = await _learn(lp.learner, batch, step) if learns else {}
@@ -199,4 +199,4 @@ async def _learn(learner: Learner, batch: Batch, step: int) -> dict[str, float]:
         return {}
     # A thread keeps the event loop (metrics server, readiness polls, rollouts that play ahead)
     # responsive meanwhile.
-    return dict(await asyncio.to_thread(learner.step, batch.samples, step))
+    return dict(await to_thread_on(learner.policy.device, learner.step, batch.samples, step))

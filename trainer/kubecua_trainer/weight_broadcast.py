@@ -16,7 +16,6 @@ loop at the same point of the same step, never from a rollout task.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from kubecua_trainer.sharded import _full, engine_dtype
+from kubecua_trainer.threads import to_thread_on
 
 if TYPE_CHECKING:
     from kubecua_trainer.model import Policy
@@ -46,14 +46,9 @@ class WeightBroadcast:
     async def updated(self, step: int) -> dict[str, float]:
         """The learners hold `step`'s weights: send them (learners) or take them (generators)."""
         work = self._send if self.learns else self._receive
-        seconds = await asyncio.to_thread(self._on_device, work, step)
+        # on this process's GPU: NCCL's object broadcasts use the thread's current device
+        seconds = await to_thread_on(self.policy.device, work, step)
         return {"weight_broadcast_seconds": seconds}
-
-    def _on_device(self, work: Any, step: int) -> float:
-        # A worker thread starts on GPU 0; NCCL's object broadcasts use the current device.
-        if self.policy.device.type == "cuda":
-            torch.cuda.set_device(self.policy.device)
-        return float(work(step))
 
     async def checkpointed(self, step: int, checkpoint: str | None) -> None:
         return None
@@ -76,7 +71,8 @@ class WeightBroadcast:
         start = time.perf_counter()
         names = set(self._agree_names())
         model = self.policy.model
-        dtype = engine_dtype(self.policy.device, self.policy.dtype)
+        first = next(model.parameters()).dtype  # the learner's masters (the generator's alike)
+        dtype = engine_dtype(self.policy.device, first, self.policy.dtype)
         with self.policy.lock:  # the step's deferred optimizer update, if any, is done
             if self.is_source:
                 version = torch.tensor([step], dtype=torch.int64, device=self._device())
@@ -121,12 +117,10 @@ class WeightBroadcast:
 
     def _landed(self) -> None:
         """Wait for this thread's copies and broadcasts, on its own stream only. Not
-        torch.cuda.synchronize: a device-wide sync waits on the stream the engine's thread may be
-        capturing a CUDA graph on, which voids the capture and fails the sync. (On 2 x H200,
-        2026-11-28, a generator's capture failed with "operation not permitted when stream is
-        capturing" and the run hung; this was its threads' one device-wide call while it
-        generated.) Under the policy's lock on a generator, so no capture can be under way. The
-        broadcasts joined this stream when they were issued (ProcessGroupNCCL), so its sync
-        covers them."""
+        torch.cuda.synchronize: a device-wide sync would also wait on a CUDA graph the engine's
+        thread may be capturing, which voids the capture (gpu_share.py's capture fence exists
+        for the same reason). Under the policy's lock on a generator, so no capture is under
+        way. The broadcasts joined this stream when they were issued (ProcessGroupNCCL), so its
+        sync covers them."""
         if self.policy.device.type == "cuda":
             torch.cuda.current_stream(self.policy.device).synchronize()

@@ -17,13 +17,13 @@ checkpoint they start from.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from kubecua_trainer.engines.base import Engine
 from kubecua_trainer.engines.sglang import SGLangEngine
 from kubecua_trainer.sharded import refresh_weights
+from kubecua_trainer.threads import to_thread_on
 
 if TYPE_CHECKING:
     from kubecua_trainer.disaggregated import Roles
@@ -48,7 +48,7 @@ class InProcess:
     async def updated(self, step: int) -> dict[str, float]:
         if self.gen is self.policy:  # shared: the learner labelled it (Policy.version)
             return {}
-        seconds = await asyncio.to_thread(self._refresh, step)
+        seconds = await to_thread_on(self.policy.device, self._refresh, step)
         return {"weight_refresh_seconds": seconds}
 
     def _refresh(self, step: int) -> float:

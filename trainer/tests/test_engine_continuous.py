@@ -294,6 +294,36 @@ def test_cuda_graph_decoding_equals_eager_decoding(tiny_model_dir: Path, dtype: 
         assert (logp.float().cpu() - logprobs).abs().max() < 0.1
 
 
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="needs 2 CUDA devices (the engine's thread on another GPU than GPU 0); the one-GPU "
+    "case is test_cuda_graph_decoding_equals_eager_decoding",
+)
+def test_cuda_graphs_capture_on_the_policys_gpu_when_it_is_not_gpu_0(tiny_model_dir: Path) -> None:
+    """A process under torchrun owns cuda:LOCAL_RANK, but the engine's worker thread started on
+    GPU 0: its graphs captured on GPU 0's stream while the forward ran on cuda:1, and the capture
+    failed (2 x H200, 2026-11-28; kubecua_trainer/threads.py). The worker sets its device first."""
+    policy = load_policy(str(tiny_model_dir), dtype="auto", device="cuda:1")
+    sampling = _sampling(policy, temperature=1.0)
+
+    async def run() -> tuple[Conversation, HFEngine]:
+        engine = HFEngine(policy, seed=3, cuda_graphs=True)
+        conv = await _trajectory(engine, policy, sampling)
+        await engine.close()
+        return conv, engine
+
+    conv, engine = asyncio.run(run())
+    assert engine.scheduler is not None
+    graphs = engine.scheduler.runner.graphs
+    assert graphs is not None
+    assert graphs.captures > 0
+    assert not graphs.broken
+    _, logprobs = _generated(conv)
+    with torch.no_grad(), policy.autocast():
+        logp, _ = token_logprobs(policy, conv.to_sample(), temperature=1.0)
+    assert (logp.float().cpu() - logprobs).abs().max() < 0.1
+
+
 def test_screenshots_prepared_in_the_callers_thread_equal_the_processor_output(
     policy: Policy,
 ) -> None:

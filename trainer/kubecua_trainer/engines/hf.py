@@ -33,6 +33,7 @@ from kubecua_trainer.engines.embedded.sequence import EngineRecord, Request, Seq
 from kubecua_trainer.engines.embedded.static import generate_batch
 from kubecua_trainer.gpu_share import GpuShare
 from kubecua_trainer.model import Policy
+from kubecua_trainer.threads import to_thread_on, use_device
 
 log = logging.getLogger(__name__)
 _WAKE = object()  # put on the queue by forget_cache: the idle worker frees the KV at once
@@ -104,6 +105,7 @@ class HFEngine:
         self._thread.start()
 
     def _work(self) -> None:
+        use_device(self.policy.device)  # a new thread starts on GPU 0 (threads.py)
         serve = self._serve_continuous if self.continuous else self._serve
         if self.share is None:
             serve()
@@ -140,7 +142,7 @@ class HFEngine:
         loop = asyncio.get_running_loop()
         req = Request(list(prompt_ids), list(images), sampling, loop.create_future(), loop)
         if self.scheduler is not None and req.images:
-            await asyncio.to_thread(self.screenshots.prepare, req)
+            await to_thread_on(self.policy.device, self.screenshots.prepare, req)
         self._submitted += 1  # first: admissible() never misses it
         self._queue.put(req)
         return await req.future

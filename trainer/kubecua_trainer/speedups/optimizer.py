@@ -114,8 +114,10 @@ class MasterAdamW(torch.optim.Optimizer):
         if self.defer:
             if self._worker is None:
                 threads = torch.get_num_threads()  # the host update's, as in the caller's thread
+                # and the caller's GPU: a new thread starts on GPU 0 (kubecua_trainer/threads.py)
+                device = torch.cuda.current_device() if torch.cuda.is_available() else None
                 self._worker = ThreadPoolExecutor(
-                    1, "adamw-host", initializer=torch.set_num_threads, initargs=(threads,)
+                    1, "adamw-host", initializer=_host_worker, initargs=(threads, device)
                 )
             self._pending = self._worker.submit(self._finish, launched)
             self.last_seconds = {"total": time.perf_counter() - start}
@@ -370,3 +372,9 @@ def _chunks(sizes: list[int], limit: int) -> list[list[int]]:
             out.append([i])
             total = n
     return out
+
+
+def _host_worker(threads: int, device: int | None) -> None:
+    torch.set_num_threads(threads)
+    if device is not None:
+        torch.cuda.set_device(device)

@@ -15,7 +15,6 @@ each (warmup/stopping.py), and the warm-up ends when the rule holds (warmup.json
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kubecua_trainer.threads import to_thread_on
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
 from kubecua_trainer.warmup.sft import DemoFit
 from kubecua_trainer.warmup.stopping import Check, measure, probe_tasks
@@ -74,7 +74,7 @@ async def warm_up_if_needed(lp: Loop) -> None:
         if rule is not None:
             chunk = min(chunk, rule.every_epochs)
         t1 = last[0] = time.monotonic()
-        fit = await asyncio.to_thread(fitter.run, chunk, on_epoch, should_stop)
+        fit = await to_thread_on(lp.policy.device, fitter.run, chunk, on_epoch, should_stop)
         fit_seconds += time.monotonic() - t1
         if fit.stopped:
             say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
