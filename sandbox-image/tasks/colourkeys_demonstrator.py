@@ -18,8 +18,9 @@ with the family's seed:
   the warm-up learns all of them; what is wrong is which cell to read, one behaviour shared by
   every instance (the right answer is always in the row's first cell), so each GRPO step that
   rewards the first cell pushes every instance the same way. Measured: the 2-layer demo model
-  did not learn it as a position (its warm-up pressed the middle square's key as often as
-  either end's) and GRPO did not add outside the noise (docs/benchmarks.md, 2026-11-28);
+  did not learn it as a position (its warm-up pressed the middle square's key, never
+  demonstrated there, in 17-23% of its replies) and GRPO did not add outside the noise
+  (docs/benchmarks.md, 2026-11-28 session 4);
 - Quits is per demonstration: the demonstrator presses DONE with one square still on the
   screen. Every key it presses is right, so the warm-up learns to read every colour; what is
   wrong is one behaviour shared by every instance (stopping one square short), which the
