@@ -77,7 +77,7 @@ def build_generator(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learner]:
     if spec.model.freeze_vision:  # the same trainable set: frozen weights are never sent
         policy.model.model.visual.requires_grad_(False)  # type: ignore[union-attr]
     first = next(policy.model.parameters())
-    dtype = engine_dtype(policy.device, first.dtype, policy.dtype)
+    dtype = engine_dtype(policy)
     if dtype != first.dtype:
         policy.model.to(dtype)
     # kl_coef 0: a Learner with a KL term wants a reference policy, and this one never steps

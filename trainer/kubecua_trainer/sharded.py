@@ -54,20 +54,22 @@ def generation_copy(policy: Policy) -> Policy:
     """A full copy of the (not yet sharded) policy for the engine; bf16 on a GPU (generation
     needs no fp32 master), the learner's dtype on the CPU so a refresh is bitwise."""
     model = copy.deepcopy(policy.model)
-    dtype = engine_dtype(policy.device, next(model.parameters()).dtype, policy.dtype)
+    dtype = engine_dtype(policy)
     if dtype != next(model.parameters()).dtype:
         model.to(dtype)
     model.eval()
     return Policy(model, policy.processor, policy.tokenizer, policy.device, policy.dtype)
 
 
-def engine_dtype(device: torch.device, params: torch.dtype, compute: torch.dtype) -> torch.dtype:
-    """The dtype of the engine's weights: bf16 on a GPU when the run computes in bf16 (autocast:
-    generation needs no fp32 master), else the parameters' own, so that a run asking for
-    float32 (model.dtype) generates in float32, and on the CPU a refresh or a broadcast is
-    bitwise. (A bf16 copy of a float32-compute policy ran without autocast: float32 inputs met
-    bf16 weights.)"""
-    return torch.bfloat16 if device.type == "cuda" and compute == torch.bfloat16 else params
+def engine_dtype(policy: Policy) -> torch.dtype:
+    """The dtype of the engine's weights for `policy` (the learner's, or a generating process's
+    as loaded): bf16 on a GPU when the run computes in bf16 (autocast: generation needs no fp32
+    master), else the parameters' own, so that a run asking for float32 (model.dtype) generates
+    in float32, and on the CPU a refresh or a broadcast is bitwise. (A bf16 copy of a
+    float32-compute policy ran without autocast: float32 inputs met bf16 weights.)"""
+    if policy.device.type == "cuda" and policy.dtype == torch.bfloat16:
+        return torch.bfloat16
+    return next(policy.model.parameters()).dtype
 
 
 def shard_policy(policy: Policy, offload: bool = False, mesh: Any = None) -> LogprobNet:

@@ -71,8 +71,7 @@ class WeightBroadcast:
         start = time.perf_counter()
         names = set(self._agree_names())
         model = self.policy.model
-        first = next(model.parameters()).dtype  # the learner's masters (the generator's alike)
-        dtype = engine_dtype(self.policy.device, first, self.policy.dtype)
+        dtype = engine_dtype(self.policy)  # what the generators hold
         with self.policy.lock:  # the step's deferred optimizer update, if any, is done
             if self.is_source:
                 version = torch.tensor([step], dtype=torch.int64, device=self._device())

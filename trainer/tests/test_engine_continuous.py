@@ -269,59 +269,55 @@ def test_cuda_graph_decoding_equals_eager_decoding(tiny_model_dir: Path, dtype: 
     eager decoding; under bf16 autocast (the bf16 weight copy) the learner still agrees."""
     policy = load_policy(str(tiny_model_dir), dtype=dtype, device="cuda")
     sampling = _sampling(policy, temperature=0.0 if dtype == "float32" else 1.0)
+    conv = _played_from_graphs(policy, sampling)
+    ids, logprobs = _generated(conv)
+    if dtype == "float32":
+        engine = HFEngine(policy, seed=3, cuda_graphs=False)
+        eager_ids, eager_logprobs = _generated(asyncio.run(_closed_after(engine, policy, sampling)))
+        assert ids == eager_ids
+        assert torch.allclose(logprobs, eager_logprobs, atol=1e-5)
+    else:
+        _assert_the_learner_agrees(policy, conv, logprobs)
 
-    async def run(graphs: bool) -> tuple[Conversation, HFEngine]:
-        engine = HFEngine(policy, seed=3, cuda_graphs=graphs)
-        conv = await _trajectory(engine, policy, sampling)
-        await engine.close()
-        return conv, engine
 
-    conv, engine = asyncio.run(run(True))
+async def _closed_after(engine: HFEngine, policy: Policy, sampling: SamplingParams) -> Conversation:
+    conv = await _trajectory(engine, policy, sampling)
+    await engine.close()
+    return conv
+
+
+def _played_from_graphs(policy: Policy, sampling: SamplingParams) -> Conversation:
+    """One trajectory decoded from CUDA graphs, which were captured and never gave up."""
+    engine = HFEngine(policy, seed=3, cuda_graphs=True)
+    conv = asyncio.run(_closed_after(engine, policy, sampling))
     assert engine.scheduler is not None
     graphs = engine.scheduler.runner.graphs
     assert graphs is not None
     assert graphs.captures > 0
     assert not graphs.broken
-    ids, logprobs = _generated(conv)
-    if dtype == "float32":
-        eager_ids, eager_logprobs = _generated(asyncio.run(run(False))[0])
-        assert ids == eager_ids
-        assert torch.allclose(logprobs, eager_logprobs, atol=1e-5)
-    else:
-        sample = conv.to_sample()
-        with torch.no_grad(), policy.autocast():
-            logp, _ = token_logprobs(policy, sample, temperature=1.0)
-        assert (logp.float().cpu() - logprobs).abs().max() < 0.1
+    return conv
+
+
+def _assert_the_learner_agrees(policy: Policy, conv: Conversation, logprobs: torch.Tensor) -> None:
+    """Under bf16 autocast the learner's recomputation stays within 0.1 of the engine's."""
+    with torch.no_grad(), policy.autocast():
+        logp, _ = token_logprobs(policy, conv.to_sample(), temperature=1.0)
+    assert (logp.float().cpu() - logprobs).abs().max() < 0.1
 
 
 @pytest.mark.skipif(
     torch.cuda.device_count() < 2,
-    reason="needs 2 CUDA devices (the engine's thread on another GPU than GPU 0); the one-GPU "
-    "case is test_cuda_graph_decoding_equals_eager_decoding",
+    reason="needs 2 CUDA devices (the engine's thread on another GPU than GPU 0): it runs on a "
+    "2-GPU machine, CI has no GPU; the one-GPU case is "
+    "test_cuda_graph_decoding_equals_eager_decoding",
 )
 def test_cuda_graphs_capture_on_the_policys_gpu_when_it_is_not_gpu_0(tiny_model_dir: Path) -> None:
     """A process under torchrun owns cuda:LOCAL_RANK, but the engine's worker thread started on
     GPU 0: its graphs captured on GPU 0's stream while the forward ran on cuda:1, and the capture
     failed (2 x H200, 2026-11-28; kubecua_trainer/threads.py). The worker sets its device first."""
     policy = load_policy(str(tiny_model_dir), dtype="auto", device="cuda:1")
-    sampling = _sampling(policy, temperature=1.0)
-
-    async def run() -> tuple[Conversation, HFEngine]:
-        engine = HFEngine(policy, seed=3, cuda_graphs=True)
-        conv = await _trajectory(engine, policy, sampling)
-        await engine.close()
-        return conv, engine
-
-    conv, engine = asyncio.run(run())
-    assert engine.scheduler is not None
-    graphs = engine.scheduler.runner.graphs
-    assert graphs is not None
-    assert graphs.captures > 0
-    assert not graphs.broken
-    _, logprobs = _generated(conv)
-    with torch.no_grad(), policy.autocast():
-        logp, _ = token_logprobs(policy, conv.to_sample(), temperature=1.0)
-    assert (logp.float().cpu() - logprobs).abs().max() < 0.1
+    conv = _played_from_graphs(policy, _sampling(policy, temperature=1.0))
+    _assert_the_learner_agrees(policy, conv, _generated(conv)[1])
 
 
 def test_screenshots_prepared_in_the_callers_thread_equal_the_processor_output(

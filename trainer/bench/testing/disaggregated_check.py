@@ -59,11 +59,7 @@ def main(manifest: str, out: str) -> None:
             "version": policy.version,
             # at the engine's dtype: what the generators hold (on a GPU the learner's fp32
             # masters cast to bf16, as the broadcast sends them; on the CPU the learner's own)
-            "digest": digest(
-                policy.model,
-                policy.device,
-                engine_dtype(policy.device, next(policy.model.parameters()).dtype, policy.dtype),
-            ),
+            "digest": digest(policy.model, policy.device, engine_dtype(policy)),
             "staleness_max": stats.get("staleness_max"),
             "episodes": stats.get("episodes"),
             "loss": stats.get("loss"),
