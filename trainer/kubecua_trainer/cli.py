@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         patch_status=in_cluster,
         handle_signals=True,
         signals_seen=early,
+        reclaim=args.command != "evaluate",
     )
     try:
         result = asyncio.run(train(run, opts))

@@ -50,6 +50,9 @@ class RunOptions:
     # False: generation and learning overlapping on one GPU launch on the default stream with no
     # chunk rule, as before gpu_share.py (bench/loop_bench.py's unshared comparison)
     share_gpu: bool = True
+    # Release the episodes an earlier attempt of this run left busy (sources/reclaim.py). The
+    # evaluate command does not: two evaluations of one model (one run name) may share a pool.
+    reclaim: bool = True
 
 
 @dataclass

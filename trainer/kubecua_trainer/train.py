@@ -54,6 +54,7 @@ from kubecua_trainer.rollout.episode import Rollout
 from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.saver import Saver, run_dirs
 from kubecua_trainer.sources import SandboxLeases, build_source
+from kubecua_trainer.sources.reclaim import owner_of, reclaim
 from kubecua_trainer.status import StatusPatcher, build_status
 from kubecua_trainer.step import Played, learn, play
 from kubecua_trainer.stopping import Stop
@@ -130,6 +131,7 @@ async def _train(
     if roles.generates:
         source = opts.source or build_source(spec.sandboxes, str(out_dir), run.namespace)
     leases = SandboxLeases()
+    owner = owner_of(run.name, run.namespace)
     # One process whose engine generates with its own copy while the learner steps
     # (maxStaleness >= 1): the two share the GPU by stream priority and chunks (gpu_share.py).
     share = share_for(policy.device, not d.enabled and gen is not policy, opts.share_gpu)
@@ -147,9 +149,11 @@ async def _train(
                 await source.start(leases)
                 wait = leases.wait_ready(spec.sandboxes.min_ready, opts.sandbox_wait_seconds)
                 ready, _ = await stop.unless_stopped(wait)
+                if ready and opts.reclaim:  # before the collective below: no episode of ours yet
+                    await reclaim(leases.ready, source.token, owner)
             if not d.any(not ready):  # a stop on any rank before the first step stops all
                 token = source.token if source is not None else None
-                ro = Rollout(gen, engine, leases, token, spec.algorithm, spec.rollout)
+                ro = Rollout(gen, engine, leases, token, spec.algorithm, spec.rollout, owner)
                 progress.resume_at(first_step - 1)
                 loop = Loop(run=run, ro=ro, tasks=tasks, policy=policy, learner=learner,
                             replay=replay, metrics=metrics, saver=saver, report=report,

@@ -8,12 +8,16 @@ operator's Job does (`python -m kubecua_trainer.launch --module kubecua_trainer 
   had, to the end, and exits 0;
 - SIGKILL to one rank: the launcher tears the other one down and fails (a Job then starts the pod
   again), and a rerun resumes after the newest checkpoint with no completed step lost, here as
-  one process (the spec changed to trainer.nodes 1: a change of world size).
+  one process (the spec changed to trainer.nodes 1: a change of world size). An episode the
+  killed attempt left busy is released by the rerun at its start (sources/reclaim.py), not by
+  the sandbox's 10-minute idle watchdog; another run's episode is left alone.
 
 Needs `make sandbox-env` (skipped, saying so, without it)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -25,12 +29,21 @@ from pathlib import Path
 import pytest
 import torch
 from test_distributed_learner import TRAINER_DIR
-from test_distributed_run import desktop_spec, desktops, history, needs_desktops, write_manifest
+from test_distributed_run import (
+    TASKS,
+    desktop_spec,
+    desktops,
+    history,
+    needs_desktops,
+    write_manifest,
+)
 from test_metrics import free_port
 
+from kubecua_sandbox_client import SandboxClient
 from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.launch import children
 from kubecua_trainer.sources.local import LocalSource
+from kubecua_trainer.sources.reclaim import episode_id, owner_of, reclaim
 
 __all__ = ["desktops"]  # the module-scoped fixture of two real desktops
 
@@ -88,6 +101,17 @@ def adam_steps(ckpt: Path) -> set[float]:
     return {float(s["step"]) for s in state.values()}
 
 
+def held_episodes(desktops: LocalSource) -> list[str]:
+    async def held(url: str) -> str | None:
+        async with SandboxClient(url, desktops.token) as client:
+            return (await client.status()).episode_id
+
+    async def all_held() -> list[str | None]:
+        return list(await asyncio.gather(*(held(sb.url) for sb in desktops.sandboxes)))
+
+    return [ep for ep in asyncio.run(all_held()) if ep is not None]
+
+
 def rank_of(pid: int) -> int | None:
     try:
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -133,7 +157,7 @@ def test_sigterm_to_the_launcher_checkpoints_once_exits_143_and_the_rerun_finish
 
 
 def test_a_killed_rank_ends_the_job_and_a_rerun_in_one_process_loses_no_completed_step(
-    job: dict,
+    job: dict, desktops: LocalSource
 ) -> None:
     out = job["out"]
     first = job["start"](every_steps=1)
@@ -147,12 +171,46 @@ def test_a_killed_rank_ends_the_job_and_a_rerun_in_one_process_loses_no_complete
     saved = [s for s, _ in list_checkpoints(out / "checkpoints")]
     # every completed step is saved (its checkpoint is written before its history row)
     assert completed[-1] <= saved[-1] <= completed[-1] + 1, (saved, completed)
+    # What the killed rank (or rank 0, torn down) left busy, if the kill came mid-episode: the
+    # run's own mark, so the rerun releases it at once instead of waiting for the watchdog.
+    left = held_episodes(desktops)
+    assert all(ep.startswith(owner_of("dist", None) + "-") for ep in left), left
 
     # The rerun, its spec changed to one process (trainer.nodes 1): a change of world size
     # resumes too, with the optimizer state the two ranks saved.
     second = job["start"](every_steps=1, processes=1)
     log2 = second.communicate(timeout=400)[0].decode()
     assert second.returncode == 0, log2[-4000:]  # one process that finished all steps: 0
+    for ep in left:
+        assert f"released episode {ep}" in log2, log2[-4000:]
     steps = [r["step"] for r in history(out)]
     assert steps == completed + list(range(saved[-1] + 1, 6)), steps
     assert adam_steps(dict(list_checkpoints(out / "checkpoints"))[5]) == {5.0}
+
+
+def test_a_run_releases_the_episodes_its_earlier_attempt_left_and_no_other_runs(
+    desktops: LocalSource,
+) -> None:
+    ours, theirs = (sb.url for sb in desktops.sandboxes)
+    owner = owner_of("dist", None)
+    left = episode_id(owner, "ep", "0123456789abcdef")  # a dead attempt's, as rollouts name them
+    other = episode_id(owner_of("another-run", None), "ep", "0123456789abcdef")
+    task = json.loads((TASKS / "files" / "create-hello-file.json").read_text())
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with (
+            SandboxClient(ours, desktops.token) as a,
+            SandboxClient(theirs, desktops.token) as b,
+        ):
+            await a.start_episode(task, episode_id=left)
+            await b.start_episode(task, episode_id=other)
+            try:
+                released = await reclaim([ours, theirs], desktops.token, owner)
+                after = [(await a.status()).episode_id, (await b.status()).episode_id]
+            finally:
+                await b.release(other)
+        return released, after
+
+    released, after = asyncio.run(scenario())
+    assert released == [left]
+    assert after == [None, other]  # ours free again (reset and verified), theirs still running

@@ -39,6 +39,7 @@ from kubecua_trainer.rollout.context import CONTEXTS, EpisodeContext
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
 from kubecua_trainer.rollout.screens import Screen, decode_screen
 from kubecua_trainer.sources.leases import Lease, SandboxLeases
+from kubecua_trainer.sources.reclaim import episode_id as episode_id_of
 from kubecua_trainer.tokens import fit_image
 
 RELEASE_TIMEOUT = 60.0
@@ -55,6 +56,7 @@ class Rollout:
     token: str | None
     algorithm: AlgorithmConfig
     rollout: RolloutConfig
+    owner: str = ""  # the run's mark in its episode ids (sources/reclaim.py)
 
     def sampling(self, temperature: float | None = None) -> SamplingParams:
         """temperature: this episode's (a scheduled step's, or 0 = greedy); default the run's."""
@@ -117,7 +119,7 @@ async def _on_sandbox(
     # Our own id, known before the reply: a stop, a timeout or a lost connection during the
     # start still releases whatever the sandbox started (else it stays busy until its idle
     # timeout). Only an answer that says nothing started clears it.
-    episode_id: str | None = f"ep-{uuid.uuid4().hex[:16]}"
+    episode_id: str | None = episode_id_of(ro.owner, "ep", uuid.uuid4().hex[:16])
     try:
         async with asyncio.timeout_at(deadline):
             try:
