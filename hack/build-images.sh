@@ -36,9 +36,9 @@ ensure_base() {
   log "base image $base ready"
 }
 
-# What the build reads, as one hash. Pruned like Dockerfile.dockerignore (venvs, caches, and
-# hypothesis's example database, which the fuzz tests write beside their sources: counted, it made
-# make test rebuild the sandbox image and the VM disk in the middle of the run), which podman
+# What the build reads, as one hash. Pruned like Dockerfile.dockerignore (venvs, caches, tests,
+# and hypothesis's example database, which the fuzz tests write beside their sources: counted, it
+# made make test rebuild the sandbox image and the VM disk in the middle of the run), which podman
 # leaves out of the context too; file modes count (entrypoints are executables).
 inputs_hash() {
   local dockerfile=$1 srcs files
@@ -46,7 +46,8 @@ inputs_hash() {
     "$repo/$dockerfile")
   # shellcheck disable=SC2086  # srcs: one path per word (none has spaces)
   files=$(cd "$repo" && find "$dockerfile" $srcs \( -name .venv -o -name __pycache__ \
-    -o -name .mypy_cache -o -name .ruff_cache -o -name .pytest_cache -o -name .hypothesis \) \
+    -o -name .mypy_cache -o -name .ruff_cache -o -name .pytest_cache -o -name .hypothesis \
+    -o -name tests \) \
     -prune -o -type f -print \
     | LC_ALL=C sort)
   {

@@ -105,3 +105,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
     needs_desktop()
     with launch(tmp_path_factory.mktemp("sandbox")) as sb:
         yield sb
+
+
+@pytest.fixture(scope="module")
+def second_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSandbox]:
+    """Another sandbox beside `sandbox`, for a module whose episodes can share the work."""
+    needs_desktop()
+    with launch(tmp_path_factory.mktemp("second-sandbox")) as sb:
+        yield sb
