@@ -231,3 +231,16 @@ def test_demo_summary_gives_the_episodes_behind_each_figure(tmp_path: Path) -> N
     lines = summary(tmp_path)
     assert lines[1] == "  untrained model: 0/30 episodes = 0% (95% interval 0%-11%)"
     assert lines[2].startswith("  after the warm-up, step 0: 3/30")
+
+
+def test_a_recording_with_no_successful_demonstration_is_refused_and_not_cached(
+    tmp_path: Path,
+) -> None:
+    from bench.learning.run import check_recorded
+
+    jsonl = tmp_path / "demonstrations.jsonl"
+    jsonl.write_text("".join(json.dumps({"outcome": o}) + "\n" for o in ("failure", "timeout")))
+    with pytest.raises(SystemExit, match="none of the 2 demonstrations"):
+        check_recorded(jsonl)
+    jsonl.write_text("".join(json.dumps({"outcome": o}) + "\n" for o in ("failure", "success")))
+    check_recorded(jsonl)  # one success: a biased demonstrator's recording, kept

@@ -152,8 +152,24 @@ async def demonstrations(
     argv += ["--solution", fam.warmup_solution]
     argv += ["--urls", *urls, "--token-file", str(token_file)] if urls else ["--local", "2"]
     await _python(argv, None)
+    check_recorded(tmp / record.OUT_FILE)
     tmp.rename(out)
     return out / record.OUT_FILE
+
+
+def check_recorded(jsonl: Path) -> None:
+    """Refuse a recording in which no demonstration succeeded: the demonstrators are right on
+    at least some instances by design, so none right means the desktops did not take the actions
+    (a key never reaching the window: seen once, 2026-11-28, on a fresh clone). Cached, such a
+    recording would be reused by every later run; left as .partial, it can be looked at."""
+    outcomes = [json.loads(line).get("outcome") for line in jsonl.read_text().splitlines() if line]
+    if outcomes and "success" not in outcomes:
+        raise SystemExit(
+            f"error: none of the {len(outcomes)} demonstrations recorded in {jsonl.parent} "
+            "succeeded, so the desktops did not take the demonstrator's actions. Look at the "
+            "screenshots there (screens/) and at the sandboxes' logs, then run again: this "
+            "recording is not cached."
+        )
 
 
 def manifest(
