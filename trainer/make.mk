@@ -74,7 +74,7 @@ bench-trainer-rollouts: trainer-env sandbox-env ## fraction of wall time desktop
 	cd trainer && .venv/bin/python -m bench.rollout_overlap $(BENCH_ARGS)
 
 # Learning on held-out tasks (bench/learning/run.py): a task family's folder (BENCH_ARGS="--family
-# ../sandbox-image/tasks/typeword"; colourkeys by default), a model built from a config, a warm-up on
+# ../sandbox-image/tasks/typeword"; colourkeys-quits by default), a model built from a config, a warm-up on
 # recorded demonstrations ended by spec.warmup.stopWhen, then per seed three arms from it: GRPO,
 # supervised training continued beside GRPO's steps for their wall time, an LR-0 control; a pooled
 # McNemar test; real local desktops, the seeds side by side (3 desktops each). Prints JSON;

@@ -6,7 +6,8 @@ succeeds). The rule measures, after every `everyEpochs` epochs, the greedy succe
 pass@k at temperature 1 (the share of tasks with at least one success in k episodes) on `tasks`
 training tasks, and stops once pass@1 reaches greedyPassMin and pass@k reaches passAtKMin, or
 as soon as pass@1 is above greedyPassMax (measured too late: it stops there rather than go
-further). spec.warmup.epochs is then the most it runs. Held-out tasks are never measured.
+further). spec.warmup.epochs is then the most it runs, and no measurement follows its last
+epochs (they end the warm-up whatever it would say). Held-out tasks are never measured.
 """
 
 from __future__ import annotations

@@ -429,6 +429,7 @@ def main() -> None:
     # The other tables register their tasks on import (TASKS is shared).
     import browser_tasks  # noqa: F401
     import colourkeys_demo_tasks  # noqa: F401
+    import colourkeys_quits_tasks  # noqa: F401
     import colourkeys_tasks  # noqa: F401
     import desktop_tasks  # noqa: F401
     import office_tasks  # noqa: F401

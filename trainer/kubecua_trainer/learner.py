@@ -266,6 +266,12 @@ class Learner:
             )
         else:
             self.optimizer.load_state_dict(by_index(d["optimizer_by_name"], self.param_names()))
+        # The spec's learning rate, not the checkpoint's: a torch optimizer's state dict carries
+        # its param_groups' lr, so a run resumed with another algorithm.learningRate kept the one
+        # it was saved with (bench-learning's learning-rate-0 control, resumed from its GRPO
+        # arm's step-0 checkpoint, trained at the GRPO arm's 3e-4 and rose 30 points).
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.algo.learning_rate
         self.steps = int(d["steps"])
 
     def param_names(self) -> list[str]:

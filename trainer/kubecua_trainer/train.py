@@ -175,7 +175,7 @@ async def _train(
                 share.close()
     if d.is_main:  # everything leased is back: evaluation's and a stop's episodes too
         publish_cost(cost, leases.held_seconds, metrics, patcher)
-        report.render()
+        report.try_render()
     result.last_checkpoint = saver.path
     result.history = report.history() if d.is_main else []
     result.main = d.is_main
@@ -252,7 +252,7 @@ def _publish(
     metrics.observe_step(stats)
     metrics.observe_gpu()
     report.append_history({k: v for k, v in stats.items() if isinstance(v, int | float)})
-    report.render()
+    report.try_render()
     _publish_status(step, spec, stats, saved, patcher)
 
 

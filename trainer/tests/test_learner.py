@@ -1,6 +1,7 @@
 """The Learner on the tiny model: its loss equals the formula on recomputed log-probs, corrupted
 samples are rejected before any update, gradient checkpointing changes no gradient, and the k3 KL
-to a frozen reference starts at 0 and grows as the policy moves."""
+to a frozen reference starts at 0 and grows as the policy moves, and a resumed optimizer steps
+at the spec's learning rate, not the one its checkpoint was saved with."""
 
 from __future__ import annotations
 
@@ -77,3 +78,29 @@ def test_kl_to_reference_starts_at_zero_and_grows(tiny_model_dir: Path) -> None:
     assert kls[2] > kls[1] > 1e-6
     with pytest.raises(ValueError, match="reference"):
         Learner(policy, algo)
+
+
+def test_a_resumed_optimizer_takes_the_specs_learning_rate_not_the_checkpoints(
+    tiny_model_dir: Path,
+) -> None:
+    """A checkpoint's optimizer state carries its param_groups' lr. A learner at lr 1e-30 (the
+    learning-rate-0 control) loading a state saved at 3e-4 must step at 1e-30: its weights
+    stay as they were, bit for bit (one step at 3e-4 from the same state moves them)."""
+    policy = load_policy(str(tiny_model_dir), device="cpu")
+    first = Learner(policy, AlgorithmConfig(learning_rate=3e-4))
+    first.step([make_sample(policy, 5, 1.0), make_sample(policy, 6, -1.0)])  # moments to load
+    saved = first.state_dict()
+    samples = [make_sample(policy, 7, 1.0), make_sample(policy, 8, -1.0)]
+    moved = {}
+    for lr in (1e-30, 3e-4):
+        before = [p.detach().clone() for p in policy.model.parameters()]
+        learner = Learner(policy, AlgorithmConfig(learning_rate=lr))
+        learner.load_state_dict(saved)
+        assert [g["lr"] for g in learner.optimizer.param_groups] == [lr]
+        learner.step(samples)
+        moved[lr] = any(
+            not torch.equal(a, b) for a, b in zip(before, policy.model.parameters(), strict=True)
+        )
+        for p, b in zip(policy.model.parameters(), before, strict=True):
+            p.data.copy_(b)  # the same start for the other learning rate
+    assert moved == {1e-30: False, 3e-4: True}

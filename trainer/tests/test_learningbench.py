@@ -20,11 +20,14 @@ TYPEWORD = family.load(family.TASKS / "typeword")
 COLOURKEYS = family.load(family.TASKS / "colourkeys")
 # `make demo`'s family: the same generator, a demonstrator that quits one square early.
 COLOURKEYS_DEMO = family.load(family.TASKS / "colourkeys-demo")
+# `make bench-learning`'s: colourkeys' splits, the demonstrator that quits.
+COLOURKEYS_QUITS = family.load(family.TASKS / "colourkeys-quits")
 # Each colourkeys-made family: its split sizes, its demonstrator's confusions (right key ->
 # key pressed instead) and a demonstrated instance whose demonstration fails the evaluator.
 SQUARE_FAMILIES = [
     pytest.param(COLOURKEYS, (65, 60), {"r": "m", "g": "y"}, "colourkeys-ryr", id="colourkeys"),
     pytest.param(COLOURKEYS_DEMO, (95, 30), {}, "colourkeys-demo-rbm", id="demo"),
+    pytest.param(COLOURKEYS_QUITS, (65, 60), {}, "colourkeys-quits-bgb", id="quits"),
 ]
 
 

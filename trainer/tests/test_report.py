@@ -313,3 +313,45 @@ def test_wilson_interval_of_two_in_four() -> None:
     assert lo == pytest.approx(0.1500, abs=1e-4)
     assert hi == pytest.approx(0.8500, abs=1e-4)
     assert wilson_interval(4, 4)[1] == 1.0
+
+
+def test_wilson_interval_is_exactly_0_or_1_at_none_or_all() -> None:
+    """In floating point the formula's upper bound for 60 of 60 is 0.9999999999999999; the
+    held-out error bar above the rate was then -1e-16, and matplotlib's refusal of it ended a
+    benchmark's run after its last evaluation (2026-11-28)."""
+    for n in range(1, 201):
+        assert wilson_interval(n, n)[1] == 1.0, n
+        assert wilson_interval(0, n)[0] == 0.0, n
+
+
+def test_a_perfect_evaluation_draws_its_error_bar() -> None:
+    plt = _pyplot()
+    evals = [{"step": 0, "success_rate": 0.25, "scored": 60, "pass_at_k": {}},
+             {"step": 12, "success_rate": 1.0, "scored": 60, "pass_at_k": {}}]  # fmt: skip
+    fig, ax = plt.subplots()
+    _held_out(ax, evals, 12, {"step": 0, "success_rate": 0.0, "scored": 60}, warmed_up=True)
+    marked = {line.get_gid(): line.get_xydata().tolist() for line in ax.get_lines()}
+    assert marked["held-out-line"] == [[0.0, 0.25], [12.0, 1.0]]
+    plt.close(fig)
+
+
+def test_a_report_that_fails_to_render_is_logged_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RunReport.try_render (what a run calls): the report is a view of the run's files, so
+    an error while drawing it is logged and returns None; the files stay as they were."""
+    import kubecua_trainer.report as report_module
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("'yerr' must not contain negative values")
+
+    monkeypatch.setattr(report_module, "plot_curves", broken)
+    report = RunReport(tmp_path, "r")
+    report.append_history({"step": 1, "reward_mean": 0.5, "success_rate": 0.5})
+    with caplog.at_level("ERROR"):
+        assert report.try_render() is None
+    assert "the report was not rendered" in caplog.text
+    assert "yerr" in caplog.text  # the traceback is in the log
+    assert [r["step"] for r in report.history()] == [1]
+    with pytest.raises(ValueError, match="yerr"):
+        report.render()  # called directly (tests, the report command), it still raises

@@ -233,7 +233,8 @@ async def test_stop_when_measures_training_tasks_and_ends_the_warm_up_when_the_r
 ) -> None:
     """spec.warmup.stopWhen: every everyEpochs epochs, greedy and k sampled episodes of each
     measured training task (never the held-out one); a rule that holds at once (both floors 0)
-    stops after the first check, one that never holds (floors 1) runs every epoch."""
+    stops after the first check, one that never holds (floors 1) runs every epoch, measured
+    after each chunk but the last."""
     demos = await write_demos(policy, tmp_path / "demos.jsonl")
     with LoopbackSandbox() as sandbox:
         source = StaticSource([sandbox.url], TOKEN)
@@ -253,7 +254,8 @@ async def test_stop_when_measures_training_tasks_and_ends_the_warm_up_when_the_r
     # 2 tasks x (1 greedy + 2 sampled) episodes, every one scored on the loopback sandbox.
     assert (check["epochs"], check["scored"], check["excluded"]) == (3, 6, 0)
     assert never["epochs"] == WARMUP["epochs"]
-    assert [c["epochs"] for c in never["checks"]] == [3, 6, 8]  # the last chunk is shorter
+    # Checks after 3 and 6 epochs; none after the last (shorter) chunk: the warm-up ends there.
+    assert [c["epochs"] for c in never["checks"]] == [3, 6]
     assert never["stopped_by"] == "epochs (the rule never held)"
     assert all(c["verdict"] == "go on" for c in never["checks"])
 

@@ -4,7 +4,7 @@ task JSONs with their reference solutions and family.json (its parameters, the w
 instance ids, the rollout settings its screens need). From it: the splits, the tokenizer corpus
 that makes every instruction and reply word one token, and the offline reward of a list of
 replies (would these actions solve the instance on the desktop?). Nothing about one family is
-written here: `--family FOLDER` picks one (default colourkeys)."""
+written here: `--family FOLDER` picks one (default colourkeys-quits)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from kubecua_trainer.rollout.agent import (
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "sandbox-image/tasks"
-DEFAULT = TASKS / "colourkeys"
+DEFAULT = TASKS / "colourkeys-quits"  # make bench-learning's family (colourkeys_quits_tasks.py)
 SPLITS = ("train", "heldout")
 # The runs' system prompt (spec.rollout.systemPrompt): the first line of the agent's own. With
 # the whole 175-token prompt, the 2-layer model must find the task past it, and its warm-up

@@ -314,6 +314,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     if warm_file and not os.path.exists(warm_file):
         state = {"model": off.policy.model.state_dict(), "optimizer": warm.optimizer.state_dict(),
                  "rng": warm.rng.getstate(), "epochs": warm.epochs, "checks": checks}  # fmt: skip
+        os.makedirs(os.path.dirname(warm_file), exist_ok=True)
         torch.save(state, warm_file)
     start_rows = [r[0] for r in await off.success(heldout)]
     start = round(sum(start_rows) / len(start_rows), 4)

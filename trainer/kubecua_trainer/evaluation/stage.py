@@ -95,7 +95,7 @@ async def _evaluate(lp: Loop, cfg: EvaluationConfig, step: int, untrained: bool)
         summary = _summary(lp, cfg, step, episodes, tasks, domains, time.monotonic() - t0)
         results.write_results(results.start_fresh(out_dir, step), summary, episodes, domains)
         if untrained:
-            lp.report.render()
+            lp.report.try_render()
             lp.progress.say(console_line(summary, f"evaluation of {name} (before the warm-up)"))
         else:
             _publish(lp, summary, episodes)
@@ -166,7 +166,7 @@ def _publish(lp: Loop, summary: dict[str, Any], episodes: list[EpisodeResult]) -
     lp.metrics.observe_evaluation(summary, Counter(e.outcome for e in episodes))
     if lp.patcher is not None:
         lp.patcher.patch({"evaluation": build_evaluation_status(summary)})
-    lp.report.render()
+    lp.report.try_render()
     lp.progress.say(console_line(summary))
 
 

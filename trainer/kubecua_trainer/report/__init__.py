@@ -19,6 +19,7 @@ Layout under the output directory:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from kubecua_trainer.report.curves import held_out_svg, plot_curves
 from kubecua_trainer.report.liveview import live_view
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
+
+log = logging.getLogger(__name__)
 
 
 def _pct(value: Any, digits: int = 0, missing: str = "n/a") -> str:
@@ -89,6 +92,17 @@ class RunReport:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         by_step = {int(r["step"]): r for r in rows}  # a resumed run may repeat a step: keep last
         return [by_step[s] for s in sorted(by_step)]
+
+    def try_render(self) -> Path | None:
+        """render() for a running run: the report is a view of the run's files, never their
+        record, so a page or plot that fails to render is logged with its traceback and the run
+        goes on (None); the next render tries again. A run once died here, after its last
+        evaluation, on a plot's error bar."""
+        try:
+            return self.render()
+        except Exception:
+            log.exception("the report was not rendered (the run's files are unaffected)")
+            return None
 
     def render(self) -> Path:
         """Rebuild report.html and curves.png from what is on disk (so a resumed run keeps its

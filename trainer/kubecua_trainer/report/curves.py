@@ -33,13 +33,20 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     (0.15, 0.85)
     >>> wilson_interval(0, 0)
     (0.0, 1.0)
+
+    At 0 and n successes the bound on that side is exactly 0 or 1 (in floating point the
+    formula gives 0.9999999999999999 for 60 of 60, which left a negative error bar):
+    >>> wilson_interval(60, 60)[1], wilson_interval(0, 60)[0]
+    (1.0, 0.0)
     """
     if n <= 0:
         return 0.0, 1.0
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return lo, hi
 
 
 def _pyplot() -> Any:
@@ -115,7 +122,8 @@ def _panel(ax: Any, title: str, steps: list[int], series: dict[str, list[Any]]) 
 def _interval(e: dict[str, Any]) -> tuple[float, float]:
     """(below, above) the rate: the 95% Wilson interval's distances."""
     lo, hi = wilson_interval(round(e["success_rate"] * e["scored"]), e["scored"])
-    return e["success_rate"] - lo, hi - e["success_rate"]
+    # never below 0: matplotlib refuses a negative error bar (the rate is a rounded float)
+    return max(0.0, e["success_rate"] - lo), max(0.0, hi - e["success_rate"])
 
 
 def _held_out(

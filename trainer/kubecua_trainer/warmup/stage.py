@@ -10,7 +10,9 @@ optimizer and shuffle state (<outputDir>/warmup-state.pt), so that its fit can b
 from the step-0 checkpoint (bench/learning/continued_sft.py does); off by default, as for a
 large model that state is twice its weights in fp32.
 With spec.warmup.stopWhen the epochs run in chunks, the policy measured on training tasks after
-each (warmup/stopping.py), and the warm-up ends when the rule holds (warmup.json: the checks).
+each but the last (warmup/stopping.py), and the warm-up ends when the rule holds (warmup.json:
+the checks). No check follows the last chunk: at spec.warmup.epochs the warm-up ends whatever it
+says, and on real desktops a check costs as much as several GRPO steps.
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ async def warm_up_if_needed(lp: Loop) -> None:
         if fit.stopped:
             say("stopped during the warm-up; nothing saved: the next run redoes it from the start")
             return
-        if rule is None:
-            continue
+        if rule is None or fitter.epochs >= cfg.epochs:
+            continue  # the last chunk: the warm-up ends whatever a check would say
         t1 = time.monotonic()
         check = await measure(lp, probe, rule, fitter.epochs)
         log.info("warm-up check: %.1f s", time.monotonic() - t1)
