@@ -1,6 +1,7 @@
 """The learning benchmark's curves PNG: training success per GRPO step (one line per seed and
-the control) and held-out success before and after (one pair of points per run; the
-continued-SFT arm's one evaluation drawn at the GRPO arm's last step)."""
+per seed's control) and held-out success before and after (one pair of points per run; the
+continued-SFT arm's one evaluation drawn at the GRPO arm's last step, a little apart per seed so
+that equal figures stay visible)."""
 
 from __future__ import annotations
 
@@ -14,27 +15,34 @@ import matplotlib.pyplot as plt
 
 
 def curves(doc: dict[str, Any], path: Path) -> None:
-    runs = [(f"seed {s['seed']}", s) for s in doc["seeds"]]
-    if doc.get("control"):
-        runs.append(("control (lr 1e-30)", doc["control"]))
+    """Each seed in its own colour: its GRPO arm solid, its control dashed."""
+    arms = doc.get("arms") or [{"grpo": s} for s in doc["seeds"]]
+    runs = []
+    for i, arm in enumerate(arms):
+        seed = arm["grpo"]["seed"]
+        runs.append((f"seed {seed}", arm["grpo"], "-", f"C{i}"))
+        if arm.get("control"):
+            runs.append((f"seed {seed} control (lr 1e-30)", arm["control"], "--", f"C{i}"))
     fig, (train, held) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, run in runs:
-        style = "--" if label.startswith("control") else "-"
+    for label, run, style, colour in runs:
         ys = run["train_success_per_step"]
-        train.plot(range(1, len(ys) + 1), ys, style, marker=".", label=label)
+        train.plot(range(1, len(ys) + 1), ys, style, color=colour, marker=".", label=label)
         a, b = run["heldout_start"], run["heldout_end"]
         held.plot(
             [a["step"], b["step"]],
             [a["success"], b["success"]],
             style,
+            color=colour,
             marker="o",
             label=f"{label}: {a['success']:.2f} -> {b['success']:.2f} "
             f"({a['episodes']} episodes each)",
         )
-    for arm in doc.get("arms", []):  # the continued-SFT arm: its one evaluation, at GRPO's end
+    for i, arm in enumerate(doc.get("arms", [])):  # continued SFT: one evaluation, at GRPO's end
+        if "sft" not in arm:
+            continue
         sft, end = arm["sft"]["heldout_end"], arm["grpo"]["heldout_end"]
         label = f"seed {arm['grpo']['seed']} continued SFT: {sft['success']:.2f}"
-        held.plot([end["step"]], [sft["success"]], "s", label=label)
+        held.plot([end["step"] + 0.15 * i], [sft["success"]], "s", color=f"C{i}", label=label)
     train.set(
         title="training instances: success per GRPO step",
         xlabel="step",
