@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from bench.learning.family import BENCH_PROMPT, load
+from bench.learning.family import BENCH_PROMPT, TASKS, load
 from bench.learning.offline import Offline, Warmup, rate
 from kubecua_api.curriculum import CurriculumConfig
 from kubecua_trainer.batch import assemble_batch
@@ -146,7 +146,9 @@ async def one_seed(args: argparse.Namespace, seed: int, model: str) -> dict[str,
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="the benchmark model (default: built for the family)")
-    p.add_argument("--family", default=None, help="a family folder (default colourkeys)")
+    # colourkeys, where its figures in docs/benchmarks.md were measured (bench-learning's
+    # default moved to colourkeys-quits)
+    p.add_argument("--family", default=str(TASKS / "colourkeys"), help="a family folder")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--tasks", type=int, default=6, help="tasks per GRPO step")

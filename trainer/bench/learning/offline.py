@@ -370,7 +370,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
-    p.add_argument("--family", default=None, help="a family folder (default colourkeys)")
+    p.add_argument("--family", default=None, help="a family folder (default colourkeys-quits)")
     p.add_argument("--screenshot", help="the one screen of a family that draws none")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=12)
