@@ -129,6 +129,11 @@ def check_learning(r: dict[str, Any]) -> None:
         assert 0 <= seed[stage]["success"] <= 1, stage
     assert seed["train_episodes_per_step"] == [32]  # 4 tasks x groups of 8, one step
     assert r["recipe"]["warmup"]["epochs"] == 3
+    # spec.warmup.stopWhen measured on real desktops once, after 2 epochs, on 2 training
+    # instances (1 greedy + 2 sampled episodes each); none after the last chunk
+    (check,) = seed["warmup_checks"]
+    assert (check["epochs"], check["scored"] + check["excluded"]) == (2, 6)
+    assert seed["warmup_epochs"] == (2 if check["verdict"] != "go on" else 3)
     (row,) = r["per_seed"]  # the three arms' figures side by side (no control in the smoke)
     assert 0 <= row["heldout_sft"] <= 1
     assert row["sft_more_epochs"] >= 1
