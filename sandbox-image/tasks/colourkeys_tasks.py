@@ -1,7 +1,8 @@
 """The colourkeys family, built for reinforcement learning: read the leftmost coloured square
-from the screen and press its key, one key a turn, until no square is left. The learning
-benchmark runs on it with `--family` naming the colourkeys folder beside this file; typeword
-(typeword_tasks.py) is the other family.
+from the screen and press its key, one key a turn, until no square is left. This generator
+also makes the learning benchmark's default family, colourkeys-quits (colourkeys_quits_tasks.py),
+and `make demo`'s colourkeys-demo (colourkeys_demo_tasks.py); typeword (typeword_tasks.py) is the
+other family.
 
 An instance shows a full-screen window (Tk, openbox full screen) divided into a grid of
 `layout.cols` x `layout.rows` cells; row `layout.row` holds the squares still to press, one a
