@@ -16,9 +16,8 @@ import matplotlib.pyplot as plt
 
 def curves(doc: dict[str, Any], path: Path) -> None:
     """Each seed in its own colour: its GRPO arm solid, its control dashed."""
-    arms = doc.get("arms") or [{"grpo": s} for s in doc["seeds"]]
     runs = []
-    for i, arm in enumerate(arms):
+    for i, arm in enumerate(doc["arms"]):
         seed = arm["grpo"]["seed"]
         runs.append((f"seed {seed}", arm["grpo"], "-", f"C{i}"))
         if arm.get("control"):
@@ -37,9 +36,7 @@ def curves(doc: dict[str, Any], path: Path) -> None:
             label=f"{label}: {a['success']:.2f} -> {b['success']:.2f} "
             f"({a['episodes']} episodes each)",
         )
-    for i, arm in enumerate(doc.get("arms", [])):  # continued SFT: one evaluation, at GRPO's end
-        if "sft" not in arm:
-            continue
+    for i, arm in enumerate(doc["arms"]):  # continued SFT: one evaluation, at GRPO's end
         sft, end = arm["sft"]["heldout_end"], arm["grpo"]["heldout_end"]
         label = f"seed {arm['grpo']['seed']} continued SFT: {sft['success']:.2f}"
         held.plot([end["step"] + 0.15 * i], [sft["success"]], "s", color=f"C{i}", label=label)
