@@ -1,13 +1,13 @@
-# Episode server (:8000) of a sandbox, the local sandbox launcher, the offline task suite and the
-# sandbox benchmark. `make sandbox-env` prepares everything a local sandbox needs on a fresh
-# machine: apt packages, both venvs, OSWorld's chrome link (desktop-host) and, as root, the
-# unprivileged account its desktop runs as (desktop-account).
+# Episode server (:8000) of a sandbox, the local sandbox launcher, the offline task suite's test and
+# the sandbox benchmark (the suite's generators: sandbox-image/tasks/make.mk). `make sandbox-env`
+# prepares everything a local sandbox needs on a fresh machine: apt packages, both venvs,
+# OSWorld's chrome link (desktop-host) and, as root, the unprivileged account its desktop runs as
+# (desktop-account).
 $(eval $(call python-project,episode,sandbox-image/episode-server))
 TEST_TARGETS += test-episode
 EPISODE_PY := sandbox-image/episode-server/.venv/bin/python
 
-.PHONY: sandbox-env test-episode test-sandbox-image bench-sandbox lint-tasks
-LINT_TARGETS += lint-tasks
+.PHONY: sandbox-env test-episode test-sandbox-image bench-sandbox
 sandbox-env: setup-apt desktop-env episode-env desktop-host desktop-account ## apt packages, desktop and episode venvs, chrome link, desktop account: local sandboxes
 
 test-episode: sandbox-env ## episode server, task suite (reference/no-op/wrong) and launcher on real Xvfb desktops
@@ -46,12 +46,3 @@ bench-vm: sandbox-env vm-disk ## JSON: VM cold boot, snapshot restore vs contain
 
 bench-sandbox: sandbox-env ## JSON: step overhead, settle, screenshot encode, reset, container cold start, OSWorld anchor
 	$(EPISODE_PY) sandbox-image/bench/bench_sandbox.py $(BENCH_ARGS)
-
-# The offline task suite's generators (sandbox-image/tasks), in the episode server's venv (openpyxl,
-# python-docx): ruff, mypy, and no task JSON that differs from what the tables write.
-lint-tasks: episode-env ## task suite generators: ruff, mypy, and no stale task JSON
-	cd sandbox-image/tasks && ../episode-server/.venv/bin/ruff format --check . \
-		&& ../episode-server/.venv/bin/ruff check . \
-		&& ../episode-server/.venv/bin/mypy --config-file ../episode-server/pyproject.toml \
-			--cache-dir ../episode-server/.mypy_cache *.py
-	$(EPISODE_PY) sandbox-image/tasks/make_tasks.py --check

@@ -31,16 +31,20 @@ its colour confusions.
 
 from __future__ import annotations
 
-from colourkeys_tasks import SYMBOLS, Quits, family
+from dataclasses import replace
 
-DEMO_QUITS = Quits(0.6)
+from colourkeys_tasks import COLOURKEYS
 
-COLOURKEYS_DEMO = family(
+COLOURKEYS_DEMO = replace(
+    COLOURKEYS,
     name="colourkeys-demo",
-    symbols=SYMBOLS,
-    length=3,
-    heldout=30,
-    demos=50,
-    confusions=(),
-    quits=DEMO_QUITS,
+    summary="colourkeys sized for make demo: 30 held-out, 50 demonstrations that quit early",
+    defaults={
+        "name": "colourkeys-demo",
+        "length": 3,
+        "heldout": 30,
+        "demos": 50,
+        "confusions": [],
+        "quits": {"rate": 0.6},  # the demonstrator quits one square early on 60%
+    },
 )

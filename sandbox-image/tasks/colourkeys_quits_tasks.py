@@ -20,7 +20,14 @@ idea sized for `make demo`.
 
 from __future__ import annotations
 
-from colourkeys_tasks import Quits, family
+from dataclasses import replace
+
+from colourkeys_tasks import COLOURKEYS
 
 # colourkeys' splits are the generator's defaults (5 symbols, 3 squares, 60 held-out, 65 demos)
-COLOURKEYS_QUITS = family(name="colourkeys-quits", confusions=(), quits=Quits(0.6))
+COLOURKEYS_QUITS = replace(
+    COLOURKEYS,
+    name="colourkeys-quits",
+    summary="colourkeys with a demonstrator that quits one square early (make bench-learning)",
+    defaults={"name": "colourkeys-quits", "confusions": [], "quits": {"rate": 0.6}},
+)

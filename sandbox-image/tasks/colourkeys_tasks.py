@@ -56,7 +56,9 @@ import random
 from dataclasses import asdict, dataclass
 
 from colourkeys_demonstrator import Confusion, Misread, Quits, demonstrator
-from taskkit import FILES, H, gui, launch, task, wait_window
+from kubecua_tasks.plugin import TaskFamily
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from taskkit import FILES, H, collect, gui, launch, task, wait_window
 
 TITLE = "kubecua-colourkeys"
 SCREEN = (1920, 1080)  # the sandbox's screen (kubecua_episode.settings)
@@ -163,7 +165,10 @@ def split(n_symbols: int, length: int, heldout: int, demos: int, seed: int) -> F
     sequences that together show every symbol (drawn with `seed`, the first draw that does)."""
     every = list(itertools.product(range(n_symbols), repeat=length))
     if not 0 < heldout < len(every) or not 0 < demos <= len(every) - heldout:
-        raise ValueError(f"{len(every)} sequences cannot give {heldout} held-out and {demos} demos")
+        raise ValueError(
+            f"heldout {heldout} and demos {demos}: {len(every)} sequences cannot give"
+            f" {heldout} held-out and {demos} demonstrated training instances"
+        )
     rng = random.Random(seed)
     held = sorted(rng.sample(every, heldout))
     train = [s for s in every if s not in set(held)]
@@ -253,4 +258,52 @@ def family(
     return Family(name, fam.train, fam.heldout, fam.demos)
 
 
-COLOURKEYS = family()
+class ColourkeysParams(BaseModel):
+    """family()'s parameters, typed for `kubecua tasks generate colourkeys --param ...`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field("colourkeys", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    symbols: tuple[Symbol, ...] = Field(SYMBOLS, min_length=2)
+    length: int = Field(3, ge=1, le=8)
+    layout: Layout = DEFAULT_LAYOUT
+    heldout: int = Field(60, ge=1)
+    demos: int = Field(65, ge=1)
+    seed: int = 0
+    confusions: tuple[Confusion, ...] = CONFUSIONS
+    misread: Misread | None = None
+    quits: Quits | None = None
+
+    @field_validator("symbols")
+    @classmethod
+    def _distinct_keys(cls, symbols: tuple[Symbol, ...]) -> tuple[Symbol, ...]:
+        for s in symbols:
+            if len(s.key) != 1 or not s.key.isprintable() or s.key in "'\\":
+                raise ValueError(f"{s.name}: key must be one printable character, not {s.key!r}")
+        if len({s.key for s in symbols}) < len(symbols):
+            raise ValueError("two symbols share a key")
+        return symbols
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ColourkeysParams:
+        if self.length > self.layout.cols:
+            raise ValueError(f"length {self.length} does not fit layout.cols {self.layout.cols}")
+        names = {s.name for s in self.symbols}
+        rates = [c.rate for c in self.confusions]
+        rates += [h.rate for h in (self.misread, self.quits) if h is not None]
+        if any(not 0 <= r <= 1 for r in rates):
+            raise ValueError("every rate (confusions, misread, quits) must be within 0..1")
+        if unknown := [c.symbol for c in self.confusions if c.symbol not in names]:
+            raise ValueError(f"confusions name symbols that do not exist: {unknown}")
+        return self
+
+
+def build(params: ColourkeysParams) -> dict[str, str]:
+    return collect(lambda: family(**dict(params)))
+
+
+COLOURKEYS = TaskFamily(
+    "colourkeys",
+    "press the key of the leftmost coloured square until none is left (RL family, biased demos)",
+    ColourkeysParams,
+    build,
+)

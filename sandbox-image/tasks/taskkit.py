@@ -1,14 +1,14 @@
 # ruff: noqa: E501  (setup commands are long literals)
-"""Building blocks of the offline task suite (make_tasks.py and its *_tasks.py tables): setup
-steps, checks, actions, and the writer of <area>/<id>.json plus <id>.solutions.json."""
+"""Building blocks of task families (the offline suite's *_tasks.py tables and the generators
+registered as plugins, kubecua_tasks/plugin.py): setup steps, checks, actions, and the files of
+<area>/<id>.json plus <id>.solutions.json that `collect` hands back."""
 
 from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
+from collections.abc import Callable
 
-HERE = Path(__file__).resolve().parent
 H = "/home/user"
 
 
@@ -144,20 +144,20 @@ def task_files() -> dict[str, str]:
     return {**files, **FILES}
 
 
-def write_all() -> None:
-    for name, text in task_files().items():
-        (HERE / name).parent.mkdir(parents=True, exist_ok=True)
-        (HERE / name).write_text(text)
-    print(f"wrote {len(TASKS)} tasks")
-
-
-def stale_files() -> list[str]:
-    """Task files that differ from what the tables say, or that no table writes any more."""
-    want = task_files()
-    found = [*HERE.glob("*/*.json"), *HERE.glob("*/*/*.json")]  # areas and family splits
-    have = {str(p.relative_to(HERE)) for p in found}
-    return sorted(n for n in want.keys() | have
-                  if n not in have or n not in want or (HERE / n).read_text() != want[n])  # fmt: skip
+def collect(build: Callable[[], object]) -> dict[str, str]:
+    """The files that `build` registers (task() and FILES), path under the tasks folder -> text:
+    the registry is emptied while it runs and put back after, so a family generated twice, or
+    two families in one process, never see each other's tasks (kubecua_tasks.plugin)."""
+    saved_tasks, saved_files = TASKS[:], dict(FILES)
+    TASKS.clear()
+    FILES.clear()
+    try:
+        build()
+        return task_files()
+    finally:
+        TASKS[:] = saved_tasks
+        FILES.clear()
+        FILES.update(saved_files)
 
 
 def wait_drawn(min_colors: int = 300, seconds: int = 90) -> dict:

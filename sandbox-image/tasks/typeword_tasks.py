@@ -24,8 +24,11 @@ docs/benchmarks.md). Leaves out: anything that needs the screenshot (the words a
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
-from taskkit import FILES, H, gui, launch, task, wait_window
+from kubecua_tasks.plugin import TaskFamily
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from taskkit import FILES, H, collect, gui, launch, task, wait_window
 
 # Plain lowercase words; the benchmark's tokenizer makes each one token (tiny_models.py).
 COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "pink", "brown", "black", "white"]
@@ -52,10 +55,10 @@ def instruction(words: str) -> str:
     return f"Type '{words}' in the box."
 
 
-def typeword(split: str, words: str, wrong: str) -> None:
+def typeword(name: str, split: str, words: str, wrong: str) -> None:
     task(
-        "typeword",
-        "typeword-" + words.replace(" ", "-"),
+        name,
+        f"{name}-" + words.replace(" ", "-"),
         instruction(words),
         [launch("python3", "-c", APP), wait_window(TITLE)],
         {
@@ -70,25 +73,61 @@ def typeword(split: str, words: str, wrong: str) -> None:
         [gui(f"pyautogui.write('{words}')")],
         [gui(f"pyautogui.write('{wrong}')")],  # the right colour, the next thing
         apps=["python3-tk"],
-        folder=f"typeword/{split}",
+        folder=f"{name}/{split}",
     )
 
 
-for _c, _colour in enumerate(COLOURS):
-    for _t, _thing in enumerate(THINGS):
-        _split = "heldout" if (_t - _c) % 10 in HELDOUT_OFFSETS else "train"
-        typeword(_split, f"{_colour} {_thing}", f"{_colour} {THINGS[(_t + 1) % 10]}")
-FILES["typeword/family.json"] = (
-    json.dumps(
-        {
-            "name": "typeword",
-            "generator": "sandbox-image/tasks/typeword_tasks.py",
-            "splits": {"train": 70, "heldout": 30},
-            "warmup": [f"typeword-{COLOURS[c]}-{THINGS[t]}" for c, t in WARMUP_PAIRS],
-            # 28x28, one image token: the words are in the instruction; one action types them.
-            "rollout": {"maxPixels": 784, "maxTurns": 1},
-        },
-        indent=2,
+Word = Annotated[str, StringConstraints(pattern=r"^[a-z]+$", max_length=20)]
+
+
+class TypewordParams(BaseModel):
+    """The family's words; held out: the pairs whose thing index minus colour index is one of
+    `heldout_offsets` (mod the number of words)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field("typeword", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    colours: tuple[Word, ...] = Field(tuple(COLOURS), min_length=3)
+    things: tuple[Word, ...] = Field(tuple(THINGS), min_length=3)
+    heldout_offsets: tuple[int, ...] = Field(HELDOUT_OFFSETS, min_length=1)
+
+    @model_validator(mode="after")
+    def _square(self) -> TypewordParams:
+        if len(self.things) != len(self.colours):
+            raise ValueError(f"things has {len(self.things)} words, colours {len(self.colours)}")
+        n = len(self.things)
+        if not all(0 < k < n for k in self.heldout_offsets):
+            raise ValueError(f"heldout_offsets must lie within 1..{n - 1}")
+        return self
+
+
+def family(p: TypewordParams) -> None:
+    n = len(p.things)
+    split = {"train": 0, "heldout": 0}
+    for c, colour in enumerate(p.colours):
+        for t, thing in enumerate(p.things):
+            part = "heldout" if (t - c) % n in p.heldout_offsets else "train"
+            split[part] += 1
+            typeword(p.name, part, f"{colour} {thing}", f"{colour} {p.things[(t + 1) % n]}")
+    warmup = [(c, c + d) for c in range(n - 2) for d in (0, 1)]  # n = 10: WARMUP_PAIRS
+    FILES[f"{p.name}/family.json"] = (
+        json.dumps(
+            {
+                "name": p.name,
+                "generator": "sandbox-image/tasks/typeword_tasks.py",
+                "splits": split,
+                "warmup": [f"{p.name}-{p.colours[c]}-{p.things[t]}" for c, t in warmup],
+                # 28x28, one image token: the words are in the instruction; one action types them.
+                "rollout": {"maxPixels": 784, "maxTurns": 1},
+            },
+            indent=2,
+        )
+        + "\n"
     )
-    + "\n"
+
+
+TYPEWORD = TaskFamily(
+    "typeword",
+    "type the two words the instruction names into a text box (one action)",
+    TypewordParams,
+    lambda p: collect(lambda: family(p)),
 )

@@ -1,0 +1,14 @@
+# Task families (sandbox-image/tasks: the kubecua-tasks uv project): generators as plugins of the
+# entry-point group kubecua.task_families, the `kubecua tasks` command (list, generate, verify)
+# and the built-in families' files. docs/tasks.md.
+$(eval $(call python-project,tasks,sandbox-image/tasks))
+TASKS_PY := sandbox-image/tasks/.venv/bin/python
+
+.PHONY: check-tasks test-tasks bench-tasks
+LINT_TARGETS += check-tasks
+check-tasks: tasks-env ## every built-in family's files as its plugin writes them (make_tasks.py --check)
+	$(TASKS_PY) sandbox-image/tasks/make_tasks.py --check
+
+TEST_TARGETS += test-tasks
+test-tasks: tasks-env sandbox-env ## task plugins, and verification of offline-suite families on real Xvfb desktops
+	cd sandbox-image/tasks && .venv/bin/pytest -q tests
