@@ -40,6 +40,12 @@ from kubecua_api.curriculum import CurriculumConfig, CurriculumStatus
 from kubecua_api.liveview import LiveViewStatus
 from kubecua_api.lora import LoraConfig
 from kubecua_api.reward import RewardConfig
+from kubecua_api.taskverify import (
+    MIXED_START_DESCRIPTION,
+    MixedStartGroups,
+    VerifiedTasksConfig,
+    VerifiedTasksStatus,
+)
 from kubecua_api.warmup import WarmupStopConfig
 
 HTTP_URL = r"^https?://"
@@ -183,6 +189,14 @@ class TrainingTasksConfig(TasksConfig):
         default=None,
         description="Draw tasks by their running pass rate instead of uniformly (`{}` for the"
         " defaults); absent: every task once per epoch, in a seeded order.",
+    )
+    verified: VerifiedTasksConfig | None = Field(
+        default=None,
+        description="Train only on the tasks a verified manifest calls usable (docs/tasks.md);"
+        " absent: every task of the source.",
+    )
+    mixed_start_groups: MixedStartGroups = Field(
+        default="count", description=MIXED_START_DESCRIPTION
     )
 
 
@@ -750,6 +764,10 @@ class TrainingRunStatus(ApiModel):
         default=None,
         description="How the training tasks' running pass rates are spread"
         " (spec.tasks.curriculum; trainer).",
+    )
+    verified_tasks: VerifiedTasksStatus | None = Field(
+        default=None,
+        description="What spec.tasks.verified left out of training, by reason (trainer).",
     )
     conditions: list[Condition] | None = conditions(
         "SandboxesReady, TrainerReady, Progressing, Failed and, with spec.sandboxes.capacity,"
