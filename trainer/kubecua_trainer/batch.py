@@ -37,6 +37,7 @@ class Batch:
     rewards: list[float] = field(default_factory=list)  # evaluator scores, every scored episode
     shaped_rewards: list[float] = field(default_factory=list)  # theirs, trained on
     partial_failures: int = 0  # scored episodes whose partial metric failed (term left out)
+    mixed_start_groups: int = 0  # episodes started from different screens (Group.mixed_start)
 
     def stats(self) -> dict[str, float]:
         n = len(self.rewards)
@@ -50,6 +51,7 @@ class Batch:
             "advantage_std": statistics.pstdev(advs) if len(advs) > 1 else 0.0,
             "samples": float(len(self.samples)),
             "replay_injections": float(self.replay_injections),
+            "mixed_start_groups": float(self.mixed_start_groups),
         }
 
 
@@ -69,14 +71,21 @@ def assemble_batch(
     algo: AlgorithmConfig,
     replay: SuccessReplay | None,
     reward: RewardConfig | None = None,
+    exclude_mixed_start: bool = False,
 ) -> Batch:
     """reward: spec.reward; None trains on the evaluator's score (RewardConfig's defaults).
+    exclude_mixed_start: leave out a group whose episodes started from different screens
+    (spec.tasks.mixedStartGroups: exclude); such groups are counted either way.
     Sets each scored episode's shaped_reward and its samples' reward (discounted per turn in
     perTurn mode, as the context did with the score)."""
     cfg = reward or RewardConfig()
     batch = Batch(groups=len(groups))
     for g in groups:
         scored = g.scored
+        if g.mixed_start:
+            batch.mixed_start_groups += 1
+            if exclude_mixed_start:
+                continue
         terms = [terms_of(e) for e in scored]
         shaped = group_rewards(terms, cfg)
         for e, r in zip(scored, shaped, strict=True):

@@ -102,6 +102,13 @@ class TrainerMetrics:
         self.zero_variance_groups = Counter(
             P + "zero_variance_groups", "Groups skipped because all rewards were equal.", registry=r
         )
+        self.mixed_start_groups = Counter(
+            P + "mixed_start_groups",
+            "Groups whose episodes started from different screens (spec.tasks.mixedStartGroups).",
+            registry=r,
+        )
+        # spec.tasks.verified: training tasks the manifest left out, by reason (observe_tasks)
+        self.tasks_left_out: Gauge | None = None
         self.gpu_memory = Gauge(
             P + "gpu_memory_bytes", "GPU memory of the learner.", ["kind"], registry=r
         )
@@ -183,6 +190,22 @@ class TrainerMetrics:
         for turn in ep.turns:
             if turn.env_seconds is not None:
                 self.env_step_seconds.observe(turn.env_seconds)
+
+    def observe_tasks(self, trained: int, reasons: dict[str, int]) -> None:
+        """spec.tasks.verified's selection: tasks kept, and those left out by reason."""
+        if self.tasks_left_out is None:
+            self.tasks_left_out = Gauge(
+                P + "tasks_left_out",
+                "Training tasks the verified manifest left out, by reason (spec.tasks.verified).",
+                ["reason"],
+                registry=self.registry,
+            )
+            self.gauges["tasks_trained"] = Gauge(
+                P + "tasks_trained", "Training tasks the run draws from.", registry=self.registry
+            )
+        self.gauges["tasks_trained"].set(trained)
+        for reason, n in reasons.items():
+            self.tasks_left_out.labels(reason).set(n)
 
     def observe_step(self, stats: dict[str, float], count: bool = True) -> None:
         """Set the gauges named in STEP_GAUGES from a step's statistics; others are ignored.

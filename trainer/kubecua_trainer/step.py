@@ -95,7 +95,8 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
     if d.enabled and d.is_main:
         for ep in episodes:
             metrics.observe_episode(ep)
-    batch = assemble_batch(groups, spec.algorithm, lp.replay, spec.reward)
+    exclude = spec.tasks.mixed_start_groups == "exclude"
+    batch = assemble_batch(groups, spec.algorithm, lp.replay, spec.reward, exclude)
     curriculum = lp.curriculum
     if curriculum is not None:  # every rank: each draws the next steps itself
         curriculum.observe(step, scored_results(groups))
@@ -142,6 +143,7 @@ async def learn(step: int, played: Played, lp: Loop) -> dict[str, Any]:
         for age in staleness:
             metrics.sample_staleness.observe(age)
         metrics.zero_variance_groups.inc(batch.zero_variance_groups)
+        metrics.mixed_start_groups.inc(batch.mixed_start_groups)
         metrics.replay_injections.inc(batch.replay_injections)
         metrics.partial_failures.inc(batch.partial_failures)
         metrics.step_seconds.observe(stats["seconds_total"])

@@ -52,6 +52,7 @@ from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.curriculum import build_curriculum
 from kubecua_trainer.rollout.episode import Rollout
 from kubecua_trainer.rollout.tasks import load_tasks
+from kubecua_trainer.rollout.verified import publish_verified, select_verified
 from kubecua_trainer.saver import Saver, run_dirs
 from kubecua_trainer.sources import SandboxLeases, build_source
 from kubecua_trainer.sources.reclaim import owner_of, reclaim
@@ -97,6 +98,7 @@ async def _train(
     cost = CostLedger(out_dir, spec)  # counts from here: loading the model is GPU time too
     seed_everything(spec.seed + d.rank)  # ranks sample differently; rank 0 as a single process
     tasks = load_tasks(spec.tasks, run.namespace)
+    tasks, verified = select_verified(tasks, spec.tasks.verified)  # refused here when stale
     held_out = load_held_out(spec, run.namespace, tasks)  # refused here when it overlaps tasks
     gen: Policy | None
     if roles.placement.disaggregated and roles.learns:
@@ -126,6 +128,8 @@ async def _train(
         metrics.serve(spec.metrics.port, opts.metrics_addr)
     patch = opts.patch_status and d.is_main
     patcher = StatusPatcher(run.name, run.namespace or "default") if patch else None
+    if d.is_main:
+        publish_verified(verified, metrics, patcher, out_dir)
     # A learning process of the disaggregated placement leases no desktop and runs no engine.
     source = None
     if roles.generates:

@@ -7,6 +7,7 @@ from kubecua_sandbox_client.errors import (
     SandboxError,
     SandboxUnavailable,
 )
+from kubecua_sandbox_client.fingerprint import SAME_SCREEN_BITS, same_start, starts_agree
 from kubecua_sandbox_client.models import (
     SPECIAL_ACTIONS,
     EpisodeCreate,
@@ -19,6 +20,7 @@ from kubecua_sandbox_client.models import (
     Released,
     SandboxStatus,
     SettleOptions,
+    StartFingerprint,
     StepRequest,
     StepResult,
 )
@@ -26,6 +28,7 @@ from kubecua_sandbox_client.success import SUCCESS_SCORE, is_success
 from kubecua_sandbox_client.token import TokenError, read_token
 
 __all__ = [
+    "SAME_SCREEN_BITS",
     "SPECIAL_ACTIONS",
     "SUCCESS_SCORE",
     "EpisodeCreate",
@@ -43,9 +46,12 @@ __all__ = [
     "SandboxStatus",
     "SandboxUnavailable",
     "SettleOptions",
+    "StartFingerprint",
     "StepRequest",
     "StepResult",
     "TokenError",
     "is_success",
     "read_token",
+    "same_start",
+    "starts_agree",
 ]

@@ -79,11 +79,30 @@ class Observation(_Wire):
     step: int
 
 
+class StartFingerprint(_Wire):
+    """What the episode started from, to compare starts without the screenshots: episodes of one
+    GRPO group, or one task's repeats when it is verified (kubecua_sandbox_client.fingerprint
+    compares two)."""
+
+    screen: str = Field(
+        description="perceptual hash (dHash, 16x16 bits, hex) of the first settled screenshot at"
+        " full size: equal screens hash alike, and a small change (a cursor) moves few bits"
+    )
+    a11y: str | None = Field(
+        default=None,
+        description="sha256 of the first accessibility tree; null unless the observation asked"
+        " for the tree",
+    )
+
+
 class EpisodeStarted(_Wire):
     episode_id: str
     instruction: str
     observation: Observation
     setup_seconds: float = 0.0
+    start_fingerprint: StartFingerprint | None = Field(
+        default=None, description="null from a server older than the field"
+    )
 
 
 class StepRequest(_Wire):

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from kubecua_episode import actions, evaluators, osworld
 from kubecua_episode.audio import AudioState
 from kubecua_episode.desktop import Desktop, DesktopError, is_black
+from kubecua_episode.fingerprint import start_fingerprint
 from kubecua_episode.metrics import Metrics
 from kubecua_episode.observe import build_observation, settle
 from kubecua_episode.reset import RemoteResetter, Resetter
@@ -34,6 +35,7 @@ from kubecua_sandbox_client import (
     Released,
     SandboxStatus,
     SettleOptions,
+    StartFingerprint,
     StepRequest,
     StepResult,
     is_success,
@@ -76,6 +78,7 @@ class Episode:
     last_call: float = 0.0  # monotonic end of the latest call
     started_up: asyncio.Event = field(default_factory=asyncio.Event)  # start returned or failed
     released_early: bool = False  # a DELETE came while it was starting: start drops it
+    start_fingerprint: StartFingerprint | None = None  # of its first observation
 
 
 @contextlib.contextmanager
@@ -267,7 +270,8 @@ class Sandbox:
         log.info("episode started", extra={"episode": ep.id, "task": req.task.get("id")})
         ep.active, ep.last_call = 0, time.monotonic()
         return EpisodeStarted(episode_id=ep.id, instruction=req.task["instruction"],
-                              observation=obs[0], setup_seconds=round(setup_s, 3))  # fmt: skip
+                              observation=obs[0], setup_seconds=round(setup_s, 3),
+                              start_fingerprint=ep.start_fingerprint)  # fmt: skip
 
     def _setup(self, task: dict[str, Any]) -> None:
         osworld.run_setup(self.env(), task.get("config") or [])
@@ -289,6 +293,8 @@ class Sandbox:
         settled = settle(self.desktop.screenshot_png, settle_opts)
         a11y = self.desktop.get_text("/accessibility") if opts.a11y_tree else None
         term = self.desktop.get_text("/terminal") if opts.terminal else None
+        if ep.start_fingerprint is None:  # the first observation: what the episode starts from
+            ep.start_fingerprint = start_fingerprint(settled.png, a11y)
         return build_observation(settled.png, opts, ep.steps, a11y, term), settled.seconds
 
     async def step(self, episode_id: str, req: StepRequest) -> StepResult:

@@ -31,6 +31,7 @@ from kubecua_trainer.report.cost import cost_view
 from kubecua_trainer.report.curriculum import curriculum_view
 from kubecua_trainer.report.curves import held_out_svg, plot_curves
 from kubecua_trainer.report.liveview import live_view
+from kubecua_trainer.report.tasks import tasks_view
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
 
@@ -179,6 +180,7 @@ class RunReport:
             cost=cost_view(self.dir, history),
             live=live_view(self.dir, step_files[max(step_files)] if step_files else None),
             curriculum=curriculum_view(self.dir),
+            tasks=tasks_view(self.dir, history),
         )
 
     def _write_step_page(

@@ -143,6 +143,7 @@ async def _on_sandbox(
                 result.fail("invalid_task", str(err))
                 return True
             episode_id, result.instruction = begun.episode_id, begun.instruction
+            result.start_fingerprint = begun.start_fingerprint
             shot = begun.observation.screenshot
             await _play_turns(ro, client, episode_id, shot, result, sampling)
     except TimeoutError:

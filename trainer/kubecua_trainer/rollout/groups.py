@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubecua_sandbox_client import starts_agree
 from kubecua_trainer.distributed import episode_owner
 from kubecua_trainer.rollout.episode import Rollout, play_episode
 from kubecua_trainer.rollout.records import EpisodeResult
@@ -29,6 +30,12 @@ class Group:
     def scored(self) -> list[EpisodeResult]:
         """Episodes that reached a score (infrastructure failures left out)."""
         return [e for e in self.episodes if not e.excluded]
+
+    @property
+    def mixed_start(self) -> bool:
+        """Its scored episodes started from different screens (their start fingerprints
+        differ): GRPO would compare different problems as one (spec.tasks.mixedStartGroups)."""
+        return not starts_agree([e.start_fingerprint for e in self.scored])
 
 
 def tasks_for_step(tasks: list[dict[str, Any]], step: int, per_step: int, seed: int) -> list[dict]:

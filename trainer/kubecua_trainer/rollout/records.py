@@ -9,6 +9,7 @@ from PIL import Image
 
 # What a solved task is: the episode server's definition too (kubecua_sandbox_client.success).
 from kubecua_sandbox_client import SUCCESS_SCORE as SUCCESS_SCORE
+from kubecua_sandbox_client import StartFingerprint
 from kubecua_sandbox_client import is_success as is_success
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class EpisodeResult:
     samples: list[Sample] = field(default_factory=list)
     seconds: float = 0.0
     sandbox_seconds: float = 0.0  # time a sandbox was held for it (waiting for one excluded)
+    # what it started from (the episode server's; None from an older server): groups.py compares
+    start_fingerprint: StartFingerprint | None = None
 
     @property
     def excluded(self) -> bool:
@@ -97,6 +100,7 @@ class EpisodeResult:
             "partial_error": self.partial_error,
             "shaped_reward": self.shaped_reward,
             "seconds": round(self.seconds, 3),
+            "start_screen": self.start_fingerprint.screen if self.start_fingerprint else None,
             "gen_tokens": self.gen_tokens,
             "samples": len(self.samples),
             "turns": [
