@@ -65,7 +65,7 @@ def _record(
     tid: str, task: dict, verdict: str = "verified", start: bool | None = True
 ) -> TaskRecord:
     ep = EpisodeRecord(solution="reference", attempt=0, sandbox="u", score=1.0, seconds=1.0)
-    return TaskRecord(id=tid, path=f"{tid}.json", digest=task_digest(task), verdict=verdict,  # type: ignore[arg-type]
+    return TaskRecord(id=tid, path=f"{tid}.json", digest=task_digest(task), verdict=verdict,
                       reproducible_start=start, scores={"reference": [1.0]}, seconds=1.0,
                       episodes=[ep])  # fmt: skip
 
