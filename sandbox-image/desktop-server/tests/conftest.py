@@ -56,21 +56,29 @@ def _require(binaries: list[str]) -> None:
         pytest.skip(f"desktop binaries missing ({', '.join(missing)}): run `make setup-apt`")
 
 
-@pytest.fixture(scope="session")
-def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desktop]:
+@contextlib.contextmanager
+def start_desktop(home: Path, width: int = WIDTH, height: int = HEIGHT) -> Iterator[Desktop]:
+    """A whole desktop session on a free display, its home in `home`, stopped afterwards."""
     _require(["Xvfb", "openbox", "dbus-daemon", "xauth", "wmctrl", "xprop", "gsettings"])
-    home = tmp_path_factory.mktemp("home")
     token = secrets.token_hex(16)
     # trust_loopback: desktop-env's PythonController sends no token (see test_desktop_env).
     config = SessionConfig(
-        width=WIDTH, height=HEIGHT, port=free_port(), home=home, token=token, trust_loopback=True
+        width=width, height=height, port=free_port(), home=home, token=token, trust_loopback=True
     )
     session = DesktopSession(config)
     info = session.start()
     headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=info.url, headers=headers, timeout=60) as client:
-        yield Desktop(info=info, token=token, home=home, client=client)
-    session.stop()
+    try:
+        with httpx.Client(base_url=info.url, headers=headers, timeout=60) as client:
+            yield Desktop(info=info, token=token, home=home, client=client)
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desktop]:
+    with start_desktop(tmp_path_factory.mktemp("home")) as d:
+        yield d
 
 
 @contextlib.contextmanager

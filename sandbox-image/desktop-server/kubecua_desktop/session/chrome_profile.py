@@ -11,6 +11,11 @@ the default, rename engines, remove the ones Chrome does not list. The result is
 made once per Chromium version and profile (KUBECUA_CHROME_PROFILE_TEMPLATE, built into the
 image, else a cache in the temp directory), and copied into each new home.
 
+The template holds no window placement: the headless Chromium that makes it records one for its
+own 800x600 screen, and Chrome restores a saved placement, so every session opened a 780x580 window
+at the top left. Each home gets the placement of its own screen instead ([[window]] "chrome" of
+osworld_start_state.toml: maximised), as a used Chrome keeps it.
+
     python -m kubecua_desktop.session.chrome_profile DIR   # make a template in DIR (the image)
 """
 
@@ -35,6 +40,10 @@ from kubecua_desktop.session import start_state
 log = logging.getLogger(__name__)
 TEMPLATE_ENV = "KUBECUA_CHROME_PROFILE_TEMPLATE"
 STAMP = "kubecua-template.json"
+# Bumped when what a template holds changes (2: no window placement), so cached ones are remade.
+TEMPLATE_FORMAT = 2
+# Chrome's inset of a restored (not maximised) window from the work area's edges.
+RESTORED_INSET = 10
 # What a new profile needs from the template; Chromium makes the rest on its first start.
 FILES = ("Local State", "Last Version", "Default/Preferences", "Default/Secure Preferences",
          "Default/Web Data")  # fmt: skip
@@ -71,7 +80,8 @@ def chromium_identity(binary: Path) -> str:
 def template_key(binary: Path) -> str:
     """The installed Chromium and the profile's [chrome] table: a template made for others is
     stale."""
-    data = json.dumps([chromium_identity(binary), _chrome_settings()], sort_keys=True)
+    data = json.dumps([TEMPLATE_FORMAT, chromium_identity(binary), _chrome_settings()],
+                      sort_keys=True)  # fmt: skip
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 
@@ -187,6 +197,7 @@ def make_template(binary: Path, dest: Path, timeout: float = 180.0) -> None:
             engines = configure_engines(pipe, sid)
         finally:
             pipe.close()
+        strip_window_placement(work / "Default/Preferences")
         names = sorted(e["name"] for e in engines)
         defaults = [e["name"] for e in engines if e["default"]]
         renamed = set(want["renamed_engines"])
@@ -247,13 +258,57 @@ def strip_migration_marker(preferences: Path) -> None:
     preferences.write_text(json.dumps(data))
 
 
-def seed_profile(home: Path, binary: Path) -> None:
+def _read_preferences(preferences: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(preferences.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def strip_window_placement(preferences: Path) -> None:
+    """Drop browser.window_placement (not a tracked preference: no MAC), which holds the screen
+    of whichever Chromium wrote it."""
+    data = _read_preferences(preferences)
+    if data is None or "window_placement" not in data.get("browser", {}):
+        return
+    del data["browser"]["window_placement"]
+    preferences.write_text(json.dumps(data))
+
+
+def window_placement(width: int, height: int) -> dict[str, Any]:
+    """Chrome's saved placement on a width x height screen, in the start state's window state.
+    The restored bounds are inferred (Chrome's own inset); only the state shows."""
+    maximized = start_state.window("chrome")["state"] == "maximized"
+    inset = RESTORED_INSET
+    return {"left": inset, "top": inset, "right": width - inset, "bottom": height - inset,
+            "maximized": maximized, "work_area_left": 0, "work_area_top": 0,
+            "work_area_right": width, "work_area_bottom": height}  # fmt: skip
+
+
+def place_window(preferences: Path, width: int, height: int) -> None:
+    """The start state's placement for this screen, unless the profile holds one for it already
+    (a user's own). A placement for another screen size is replaced: Chrome would restore it."""
+    data = _read_preferences(preferences)
+    if data is None:
+        return
+    browser = data.setdefault("browser", {})
+    held = browser.get("window_placement") or {}
+    area = (held.get("work_area_right"), held.get("work_area_bottom"))
+    if area == (width, height) and held.get("work_area_left") == held.get("work_area_top") == 0:
+        return
+    browser["window_placement"] = window_placement(width, height)
+    preferences.write_text(json.dumps(data))
+
+
+def seed_profile(home: Path, binary: Path, width: int, height: int) -> None:
     """A new home gets the template's profile; an existing profile is the user's to keep, less
-    the migration marker."""
+    the migration marker. Either way the window opens as the start state says on this screen."""
     user_data = home / ".config/google-chrome"
     preferences = user_data / "Default/Preferences"
     if preferences.exists():
         strip_migration_marker(preferences)
+        place_window(preferences, width, height)
         return
     if not binary.exists():
         log.warning("%s missing: Chrome's profile is left for Chromium to make", binary)
@@ -263,6 +318,7 @@ def seed_profile(home: Path, binary: Path) -> None:
         if (template / name).exists():
             (user_data / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(template / name, user_data / name)
+    place_window(preferences, width, height)
 
 
 def main() -> None:

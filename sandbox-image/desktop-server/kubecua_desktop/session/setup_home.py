@@ -114,7 +114,7 @@ def prepare_home(config: SessionConfig, env: Mapping[str, str]) -> None:
     if not vlcrc.exists():
         vlcrc.write_text(start_state.vlcrc(config.vlc_host, config.vlc_port))
     start_state.chrome_first_run(home)
-    chrome_profile.seed_profile(home, Path(env["KUBECUA_CHROME_BIN"]))
+    chrome_profile.seed_profile(home, Path(env["KUBECUA_CHROME_BIN"]), config.width, config.height)
     default_video_player(home)
     libreoffice_profile(home)
     wallpaper = home / ".local/share/backgrounds/kubecua.png"

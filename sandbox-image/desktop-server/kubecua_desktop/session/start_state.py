@@ -66,6 +66,18 @@ def vlcrc(host: str, port: int) -> str:
                    for name, options in sections.items())  # fmt: skip
 
 
+def windows() -> list[dict[str, Any]]:
+    """[[window]]: each app's first window as a task's setup opens it (state, class, launch)."""
+    return [dict(e) for e in load()["window"]]
+
+
+def window(app: str) -> dict[str, Any]:
+    found = [e for e in windows() if e["app"] == app]
+    if len(found) != 1:
+        raise KeyError(f"osworld_start_state.toml has {len(found)} [[window]] entries for {app!r}")
+    return found[0]
+
+
 def libreoffice_items() -> list[tuple[str, str, str]]:
     return [(e["path"], e["name"], e["value"]) for e in load()["libreoffice"]]
 
