@@ -4,6 +4,9 @@
 - `episode-server` (the operator's kubevirt backend): a second container whose episode server
   drives the first container's desktop over podman's bridge, with the pool token, as it would a
   VM's; its reset closes the windows the episode opened.
+- every app a task opens (osworld_start_state.toml, [[window]]) opens where OSWorld's VM opens it,
+  one episode each, read back through the container's desktop server; each first frame is saved
+  under $KUBECUA_TEST_OUTPUT/first-frames/container (the path is printed).
 Skipped unless the image is built (`make test-sandbox-image` builds it first); marked `image`
 and left out of `make test-episode` (a container takes about a minute on this machine)."""
 
@@ -23,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import free_port
+from window_kit import WINDOWS, DesktopReader, open_task
 
 IMAGE = "localhost/kubecua/sandbox:dev"
 SUITE = Path(__file__).resolve().parents[2] / "tasks"
@@ -329,3 +333,30 @@ def test_episode_server_mode_names_a_bad_variable(token_dir: tuple[str, Path]) -
     echo = subprocess.run([*PODMAN, "run", "--rm", *LIMITS, IMAGE, "id", "-u"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     assert echo.stdout.strip() == "1000"  # any other command runs as given, non-root
+
+
+def _bridge_address(name: str) -> str:
+    ip = subprocess.run([*PODMAN, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", name],
+                        capture_output=True, text=True, check=True)  # fmt: skip
+    assert ip.stdout.strip(), f"{name} has no bridge address"
+    return ip.stdout.strip()
+
+
+@pytest.mark.parametrize("app", [e["app"] for e in WINDOWS])
+def test_each_app_opens_where_osworlds_vm_opens_it_in_the_container(
+    container: Container, token_dir: tuple[str, Path], app: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Started by a task's own setup through the episode API (an episode each: every one after a
+    reset), as the desktop user; read back through the desktop server with the pool token."""
+    reader = DesktopReader(f"http://{_bridge_address(container.name)}:5000", token_dir[0])
+    started = container.http.post("/episodes", json={"task": open_task(app), **FAST})
+    assert started.status_code == 201, started.text
+    eid = started.json()["episode_id"]
+    try:
+        path = reader.check(app, "container")
+    finally:
+        released = container.http.delete(f"/episodes/{eid}").json()
+        reader.close()
+    assert released["clean"] is True, released
+    with capsys.disabled():
+        print(f"\n{app}'s first frame in the container: {path}")

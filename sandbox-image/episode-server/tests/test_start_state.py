@@ -5,11 +5,15 @@ default_search_engine, data_delete_automacally, enable_do_not_track, vlc_config,
 vlc_playing_info, and xdg-mime as default_video_player runs it), first on a fresh sandbox, then
 after a reset that follows an episode which changed them all. The four faults of issue 32 have
 their own tests: volume at 100%, screen lock on, Chromium's migration marker read as "clear on
-exit", and Chromium's engine names and default."""
+exit", and Chromium's engine names and default. Issue 44's: each app's window opens where the
+start state's [[window]] says after a task's setup starts it, one episode each, so every one after
+a reset (its first frame saved, the folder printed), Chrome again after an episode moved its
+window, and OSWorld's screen-dimming task scores its no-op as on OSWorld's VM."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shlex
 import time
@@ -22,6 +26,7 @@ import httpx
 import pytest
 import requests
 from conftest import LocalSandbox, launch, needs_desktop
+from window_kit import WINDOWS, DesktopReader, open_task
 
 from kubecua_episode import osworld
 from kubecua_episode.chrome import close_browser
@@ -304,3 +309,116 @@ def test_vlc_web_interface_answers_with_osworlds_password(fresh: LocalSandbox, e
     status = asyncio.run(in_episode(fresh, playing_info, BARE_TASK))
     assert status is not None
     assert "<state>" in Path(status).read_text()
+
+
+WINDOW_LAUNCH = {e["app"]: e["launch"][0] for e in WINDOWS}
+
+
+@pytest.mark.parametrize("app", [e["app"] for e in WINDOWS])
+def test_each_app_opens_where_osworlds_vm_opens_it_after_a_reset(
+    fresh: LocalSandbox,
+    runs: dict[str, dict[str, Any]],
+    app: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Started by a task's own setup in an episode of its own (after the reset of the one before:
+    `runs` has run its episodes), read back through the desktop server as evaluators read it."""
+    reader = DesktopReader(fresh.desktop_url, fresh.token)
+    try:
+        command = reader.sh(f"command -v {shlex.quote(WINDOW_LAUNCH[app])}")
+        if command["returncode"] != 0:
+            pytest.skip(f"{WINDOW_LAUNCH[app]} is not on the desktop's PATH (make setup-apt)")
+        path = asyncio.run(in_episode(fresh, lambda: reader.check(app, "local-sandbox"),
+                                      open_task(app)))  # fmt: skip
+    finally:
+        reader.close()
+    with capsys.disabled():
+        print(f"\n{app}'s first frame on the local sandbox: {path}")
+
+
+def test_chrome_opens_maximised_again_after_an_episode_restored_and_moved_it(
+    fresh: LocalSandbox, env: Any
+) -> None:
+    """Chrome saves its placement when it closes: an episode that un-maximises it and moves it
+    leaves 800x600 at 100,100 in the profile, and the reset puts the start state's back."""
+    reader = DesktopReader(fresh.desktop_url, fresh.token)
+    prefs = fresh.home / ".config/google-chrome/Default/Preferences"
+
+    def move_and_close() -> dict[str, Any]:
+        reader.check("chrome", "local-sandbox-chrome-moved")
+        cls = WINDOWS[0]["wm_class"]
+        reader.sh(f"wmctrl -x -r {cls} -b remove,maximized_vert,maximized_horz && "
+                  f"wmctrl -x -r {cls} -e 0,100,100,800,600")  # fmt: skip
+        close_browser(fresh.desktop_url)
+        return dict(json.loads(prefs.read_text())["browser"]["window_placement"])
+
+    try:
+        moved = asyncio.run(in_episode(fresh, move_and_close, open_task("chrome")))
+        assert moved["maximized"] is False, moved  # the episode did change what Chrome keeps
+        asyncio.run(in_episode(fresh, lambda: reader.check("chrome", "local-sandbox"),
+                               open_task("chrome")))  # fmt: skip
+    finally:
+        reader.close()
+
+
+# OSWorld's task bedcedc4-4d72-425e-ad62-21960b11fe0d, as OSWorld has it now and in its first
+# version (no setup; only idle-delay read). On the VM (idle-delay 0, idle-dim true) the current
+# version's no-op fails and the first version's passes; the start state makes both score the same.
+IDLE_DELAY = ["gsettings", "get", "org.gnome.desktop.session", "idle-delay"]
+DIM_CHECK = {"type": "vm_command_line", "command": IDLE_DELAY}
+DIM_CLICK = [
+    "python",
+    "-c",
+    "import pyautogui; import time; pyautogui.click(960, 540); time.sleep(0.5);",
+]
+DIM_TASK: dict[str, Any] = {
+    "id": "bedcedc4-4d72-425e-ad62-21960b11fe0d",
+    "instruction": "Could you set the 'Dim screen when inactive' to off in setting?",
+    "config": [
+        {"type": "execute", "parameters": {
+            "command": "gsettings set org.gnome.desktop.session idle-delay 300", "shell": True}},
+        {"type": "execute", "parameters": {"command": DIM_CLICK}},
+    ],
+    "evaluator": {
+        "func": ["exact_match", "exact_match"],
+        "conj": "or",
+        "result": [DIM_CHECK, {"type": "vm_command_line", "command": [
+            "gsettings", "get", "org.gnome.settings-daemon.plugins.power", "idle-dim"]}],
+        "expected": [{"type": "rule", "rules": {"expected": "uint32 0\n"}},
+                     {"type": "rule", "rules": {"expected": "false\n"}}],
+    },
+}  # fmt: skip
+DIM_TASK_FIRST: dict[str, Any] = {
+    "id": "bedcedc4-4d72-425e-ad62-21960b11fe0d-first",
+    "instruction": DIM_TASK["instruction"],
+    "config": [{"type": "execute", "parameters": {"command": DIM_CLICK}}],
+    "evaluator": {"func": "exact_match", "result": DIM_CHECK,
+                  "expected": {"type": "rule", "rules": {"expected": "uint32 0\n"}}},
+}  # fmt: skip
+DIM_OFF = (
+    "import subprocess; subprocess.run(['gsettings', 'set', "
+    "'org.gnome.settings-daemon.plugins.power', 'idle-dim', 'false'], check=True)"
+)
+
+
+async def _score(sb: LocalSandbox, task: dict[str, Any], actions: list[str]) -> float:
+    async with SandboxClient(sb.url, sb.token, timeout=180) as client:
+        ep = await client.start_episode(task, OBS, SETTLE)
+        try:
+            for action in actions:
+                await client.step(ep.episode_id, action)
+            return (await client.evaluate(ep.episode_id)).score
+        finally:
+            assert (await client.release(ep.episode_id)).clean
+
+
+def test_screen_dimming_task_scores_its_no_op_as_on_osworlds_vm(fresh: LocalSandbox) -> None:
+    """The current task's no-op fails (its setup moves idle-delay to 300; idle-dim starts true)
+    and turning dimming off passes; the first version's no-op passes, as it does on the VM,
+    which holds idle-delay 0 (README: Screen Blank Never)."""
+    scores = [
+        asyncio.run(_score(fresh, DIM_TASK, [])),
+        asyncio.run(_score(fresh, DIM_TASK, [DIM_OFF, "DONE"])),
+        asyncio.run(_score(fresh, DIM_TASK_FIRST, [])),
+    ]
+    assert scores == [0.0, 1.0, 1.0]
