@@ -12,3 +12,8 @@ check-tasks: tasks-env ## every built-in family's files as its plugin writes the
 TEST_TARGETS += test-tasks
 test-tasks: tasks-env sandbox-env ## task plugins, and verification of offline-suite families on real Xvfb desktops
 	cd sandbox-image/tasks && .venv/bin/pytest -q tests
+
+# Verification throughput at 1, 2 and 4 local desktops (BENCH_ARGS="--desktops 1 2 4 8" for 8),
+# per-desktop efficiency, as JSON (docs/benchmarks.md). Starts its own desktops.
+bench-tasks: tasks-env sandbox-env ## JSON: task verification throughput and per-desktop efficiency at 1, 2, 4 local desktops
+	$(TASKS_PY) sandbox-image/tasks/bench/bench_tasks.py $(BENCH_ARGS)

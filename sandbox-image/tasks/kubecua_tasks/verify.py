@@ -1,0 +1,225 @@
+"""Verification: every task of a folder played on real desktops, each of its solutions (the
+reference, a no-op, and the wrong one where the task has one) `repeats` times, in parallel
+across the desktops, and judged into a TaskRecord of the verified manifest
+(kubecua_api/taskmanifest.py).
+
+Each desktop has one worker that takes the next episode from a shared queue, so a slow task
+never holds up the others and every desktop stays busy until the queue is empty; repeats are
+queued round by round, so a task's repeats usually run on different desktops. A desktop that
+answers 409 (another client holds it: a pool shared with a trainer) or 503 right after a reset
+hands the episode back to the queue and waits a moment, as the trainer's leases do
+(trainer/kubecua_trainer/sources/leases.py). A desktop whose reset is not clean is retired:
+the episode server has quarantined it.
+
+The verdicts, first match wins: setup-fails (an episode's setup failed), flaky (one solution
+passed on some repeats and not on others), reference-fails, noop-passes, wrong-passes, else
+verified. Passing is the evaluator's score at the success bar (kubecua_sandbox_client.success)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubecua_api.taskmanifest import (
+    EpisodeRecord,
+    Solution,
+    TaskRecord,
+    Verdict,
+    VerifiedManifest,
+    content_hash,
+    task_digest,
+)
+from kubecua_sandbox_client import (
+    InvalidRequest,
+    ObservationOptions,
+    SandboxBusy,
+    SandboxClient,
+    SandboxError,
+    SandboxUnavailable,
+    SettleOptions,
+    StartFingerprint,
+    is_success,
+    starts_agree,
+)
+
+# Small JPEG observations: verification reads scores; the fingerprint is taken by the server
+# at full size. Settling as for a GUI agent, so the first screen is the app drawn, not loading.
+OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
+SETTLE = SettleOptions(min_seconds=0.2, max_seconds=4.0, stable_frames=2)
+BUSY_WAIT = 2.0
+MAX_REQUEUES = 150  # about five minutes of a busy pool per episode, then it is recorded failed
+
+
+@dataclass
+class Task:
+    path: str  # relative to the folder
+    task: dict[str, Any]
+    solutions: dict[str, list[dict[str, Any]]]
+
+    @property
+    def id(self) -> str:
+        return str(self.task["id"])
+
+    def plays(self) -> list[Solution]:
+        wrong: list[Solution] = ["wrong"] if self.solutions.get("wrong") else []
+        return ["reference", "noop", *wrong]
+
+
+@dataclass
+class Job:
+    task: Task
+    solution: Solution
+    attempt: int
+    requeued: int = 0
+
+
+def load_folder(folder: Path) -> tuple[list[Task], str]:
+    """The tasks under `folder` (recursively: <id>.json with a reference in <id>.solutions.json)
+    and the content hash of their files."""
+    tasks, digests = [], {}
+    for path in sorted(folder.rglob("*.json")):
+        if path.name.endswith(".solutions.json") or path.name == "family.json":
+            continue
+        task = json.loads(path.read_text())
+        if not isinstance(task, dict) or not {"id", "instruction", "evaluator"} <= task.keys():
+            continue
+        sols_path = path.with_name(path.stem + ".solutions.json")
+        sols = json.loads(sols_path.read_text()) if sols_path.is_file() else {}
+        if not sols.get("reference"):
+            raise ValueError(f"{path}: no reference solution in {sols_path.name}")
+        rel = str(path.relative_to(folder))
+        tasks.append(Task(rel, task, sols))
+        digests[rel] = task_digest(task)
+        digests[str(sols_path.relative_to(folder))] = task_digest(sols)
+    if not tasks:
+        raise ValueError(f"{folder}: no tasks (OSWorld task JSON with id, instruction, evaluator)")
+    return tasks, content_hash(digests)
+
+
+async def _play(sb: SandboxClient, url: str, job: Job, a11y: bool) -> EpisodeRecord | None:
+    """One episode; None when the desktop was busy (the job goes back to the queue)."""
+    actions = [] if job.solution == "noop" else job.task.solutions[job.solution]
+    rec: dict[str, Any] = {"solution": job.solution, "attempt": job.attempt, "sandbox": url}
+    t0 = time.monotonic()
+    eid = f"verify-{uuid.uuid4().hex[:16]}"
+    obs = OBS.model_copy(update={"a11y_tree": a11y})
+    try:
+        started = await sb.start_episode(job.task.task, obs, SETTLE, episode_id=eid)
+    except SandboxBusy:
+        return None
+    except SandboxUnavailable as err:
+        if err.reason == "SandboxNotReady":
+            return None
+        return EpisodeRecord(**rec, score=None, seconds=time.monotonic() - t0,
+                             error=f"setup: {err}", setup_failed=True)  # fmt: skip
+    except InvalidRequest as err:
+        return EpisodeRecord(**rec, score=None, seconds=time.monotonic() - t0,
+                             error=f"invalid task: {err}", setup_failed=True)  # fmt: skip
+    fp: StartFingerprint | None = started.start_fingerprint
+    if fp is not None:
+        rec.update(screen=fp.screen, a11y=fp.a11y)
+    score: float | None = None
+    error = None
+    try:
+        for action in actions:
+            await sb.step(eid, action["action"], action.get("action_space", "pyautogui"))
+        score = (await sb.evaluate(eid)).score
+    except SandboxError as err:
+        error = f"{type(err).__name__}: {err}"
+    finally:
+        released = await sb.release(eid)
+        if not released.clean:
+            error = (error or "") + " reset not clean: desktop retired"
+    return EpisodeRecord(**rec, score=score, seconds=time.monotonic() - t0, error=error)
+
+
+def judge(task: Task, episodes: list[EpisodeRecord]) -> TaskRecord:
+    scores: dict[Solution, list[float | None]] = {s: [] for s in task.plays()}
+    for e in sorted(episodes, key=lambda e: (e.solution, e.attempt)):
+        scores[e.solution].append(e.score)
+    passed = {s: [v is not None and is_success(v) for v in vs] for s, vs in scores.items()}
+    verdict: Verdict = "verified"
+    if any(e.setup_failed for e in episodes):
+        verdict = "setup-fails"
+    elif any(len(set(p)) > 1 for p in passed.values()):
+        verdict = "flaky"
+    elif not all(passed["reference"]):
+        verdict = "reference-fails"
+    elif any(passed["noop"]):
+        verdict = "noop-passes"
+    elif any(passed.get("wrong", [])):
+        verdict = "wrong-passes"
+    prints = [StartFingerprint(screen=e.screen, a11y=e.a11y) for e in episodes if e.screen]
+    return TaskRecord(
+        id=task.id,
+        path=task.path,
+        digest=task_digest(task.task),
+        verdict=verdict,
+        reproducible_start=starts_agree(prints) if len(prints) >= 2 else None,
+        scores=scores,
+        seconds=round(sum(e.seconds for e in episodes), 3),
+        episodes=sorted(episodes, key=lambda e: (e.solution, e.attempt)),
+    )
+
+
+async def verify(
+    folder: Path, urls: list[str], token: str | None, repeats: int = 2, a11y: bool = False
+) -> VerifiedManifest:
+    if repeats < 2:
+        raise ValueError("repeats: at least 2, or a flaky task cannot show")
+    tasks, digest = load_folder(folder)
+    queue: asyncio.Queue[Job] = asyncio.Queue()
+    for attempt in range(repeats):
+        for t in tasks:
+            for s in t.plays():
+                queue.put_nowait(Job(t, s, attempt))
+    done: dict[str, list[EpisodeRecord]] = {t.id: [] for t in tasks}
+    t0 = time.monotonic()
+
+    async def worker(url: str) -> None:
+        async with SandboxClient(url, token, timeout=300) as sb:
+            while not queue.empty():
+                job = queue.get_nowait()
+                rec = await _play(sb, url, job, a11y)
+                if rec is None and job.requeued < MAX_REQUEUES:
+                    job.requeued += 1
+                    queue.put_nowait(job)
+                    await asyncio.sleep(BUSY_WAIT)
+                    continue
+                if rec is None:
+                    rec = EpisodeRecord(
+                        solution=job.solution,
+                        attempt=job.attempt,
+                        sandbox=url,
+                        score=None,
+                        seconds=0.0,
+                        error="no free desktop",
+                    )
+                done[job.task.id].append(rec)
+                if rec.error and "desktop retired" in rec.error:
+                    return
+
+    await asyncio.gather(*(worker(u) for u in urls))
+    if not queue.empty():
+        raise RuntimeError(f"{queue.qsize()} episodes left unplayed: every desktop was retired")
+    records = [judge(t, done[t.id]) for t in tasks]
+    summary = Counter[str](r.verdict for r in records)
+    summary["unreproducible-start"] = sum(r.reproducible_start is False for r in records)
+    summary["usable"] = sum(r.usable for r in records)
+    return VerifiedManifest(
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        folder=str(folder),
+        content_hash=digest,
+        sandboxes=urls,
+        repeats=repeats,
+        seconds=round(time.monotonic() - t0, 3),
+        summary=dict(summary),
+        tasks=records,
+    )
