@@ -23,6 +23,9 @@ DEMO_OUT := out/demo
 # on a busy 2-core machine a warm-up forward and backward took 1.1-1.4 s against 0.14-0.20 s
 # with one (2026-11-28, load average ~13; 6 of the demo's demonstrations, forward and backward timed).
 DEMO_ENV := OMP_NUM_THREADS=1
+# SEED=n runs the same recipe with another seed (the manifest's spec.seed otherwise); the run
+# prints the seed it uses first, and the report and the last lines show it.
+SEED ?=
 
 # It first builds the small model and records the warm-up's demonstrations on real desktops
 # (both cached under $(KUBECUA_CACHE) by a hash of their inputs; bench/learning/run.py --prepare),
@@ -42,10 +45,10 @@ demo-setup:
 	$(MAKE) --no-print-directory -j4 APT_LISTS=$(DEMO_APT) setup-apt trainer-env desktop-env episode-env
 	$(MAKE) --no-print-directory APT_LISTS=$(DEMO_APT) desktop-account
 
-demo: demo-setup ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400
+demo: demo-setup ## the main job: a TrainingRun locally (small model, CPU, 2 Xvfb desktops): warm-up, held-out evaluation, GRPO; metrics on 127.0.0.1:9400 (SEED=n: another seed)
 	cd trainer && .venv/bin/python -m bench.learning.run --prepare --family $(CURDIR)/$(DEMO_FAMILY)
 	rm -rf $(DEMO_OUT)
-	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT)
+	$(DEMO_ENV) trainer/.venv/bin/python -m kubecua_trainer run $(DEMO_MANIFEST) --output-dir $(DEMO_OUT) $(if $(SEED),--seed $(SEED))
 	PYTHONPATH=trainer trainer/.venv/bin/python -m bench.learning.summary $(DEMO_OUT)
 
 # Learner speed and memory beside naive transformers (bench/learner_bench.py). Meant for the

@@ -46,7 +46,7 @@ from kubecua_api.taskverify import (
     VerifiedTasksConfig,
     VerifiedTasksStatus,
 )
-from kubecua_api.warmup import WarmupStopConfig
+from kubecua_api.warmup import WarmupGoalConfig, WarmupStatus, WarmupStopConfig
 
 HTTP_URL = r"^https?://"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -548,6 +548,11 @@ class WarmupConfig(ApiModel):
         description="End the warm-up by measurement on training tasks (greedy pass@1 in a"
         " window, pass@k above a floor), never on held-out ones; absent: run every epoch.",
     )
+    goal: WarmupGoalConfig = defaulted(
+        WarmupGoalConfig,
+        "Whether the warm-up took, measured after its last epoch on its own demonstrations"
+        " (no desktop needed), and what to do below it (kubecua_api/warmup.py).",
+    )
 
 
 class TrainingRunSpec(ApiModel):
@@ -750,6 +755,11 @@ class TrainingRunStatus(ApiModel):
     evaluation: EvaluationStatus | None = Field(
         default=None, description="The last held-out evaluation (trainer)."
     )
+    warmup: WarmupStatus | None = Field(
+        default=None,
+        description="The warm-up's outcome against spec.warmup.goal (trainer); the operator's"
+        " WarmupBelowGoal condition follows it.",
+    )
     cost: CostStatus | None = Field(
         default=None,
         description="Sandbox-seconds and GPU-seconds the run used, per trajectory and per"
@@ -770,6 +780,6 @@ class TrainingRunStatus(ApiModel):
         description="What spec.tasks.verified left out of training, by reason (trainer).",
     )
     conditions: list[Condition] | None = conditions(
-        "SandboxesReady, TrainerReady, Progressing, Failed and, with spec.sandboxes.capacity,"
-        " DemandMet."
+        "SandboxesReady, TrainerReady, Progressing, Failed, with spec.sandboxes.capacity"
+        " DemandMet, and once the warm-up is measured WarmupBelowGoal."
     )

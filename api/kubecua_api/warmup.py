@@ -8,13 +8,40 @@ training tasks, and stops once pass@1 reaches greedyPassMin and pass@k reaches p
 as soon as pass@1 is above greedyPassMax (measured too late: it stops there rather than go
 further). spec.warmup.epochs is then the most it runs, and no measurement follows its last
 epochs (they end the warm-up whatever it would say). Held-out tasks are never measured.
+
+spec.warmup.goal: whether the warm-up took, measured after its last epoch in every run that has a
+warm-up (the defaults when the spec names none). A warm-up that never learnt to read the screen
+would otherwise go on to GRPO silently, and GRPO then has almost nothing to reinforce: one such
+run of `make demo` (2026-11-29, issue 41) trained 8 steps at 0-12% training success and ended at
+0/30 held out. The measure needs no desktop: on `demonstrations` of the warm-up's own
+demonstrations (training instances, drawn with spec.seed), the share of their replies the greedy
+policy reproduces exactly given the same screens and earlier turns (every token of the reply is
+the policy's most likely one, so greedy decoding would write it). One forward pass per
+demonstration, against about 100 s for a check played on real desktops. What to do below the
+goal is onBelowGoal's:
+- extend (the default): train extendEpochs more epochs once, measure again, and fail the run if
+  it is still below. A slow warm-up gets a second chance at a fraction of the run's cost; one
+  that does not take fails loudly before GRPO spends its budget on a policy it cannot improve,
+  which is what a user running an experiment wants to know first;
+- continue: say so (status, console, report, metric) and go on to GRPO anyway;
+- fail: fail the run at once.
+A failed run keeps its warm-up: the step-0 checkpoint and warmup.json are written first (the
+checkpoint can be evaluated), and a restarted attempt fails again at once instead of going on
+to GRPO from that checkpoint.
+The default goal, 0.6: on the colourkeys families a warm-up that reads the squares reproduces
+every key reply whose square is on the screen and the quitting demonstrator's DONE on the
+majority's last turn, about (0.6 x 3 + 0.4 x 2) / 3 = 87% of `make demo`'s demonstrated replies;
+one that ignores the screen and presses the commonest keys about a third of them (arithmetic on
+the family's make-up, not a measurement).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
-from kubecua_api.common import ApiModel
+from kubecua_api.common import ApiModel, DateTime
 
 
 class WarmupStopConfig(ApiModel):
@@ -47,3 +74,51 @@ class WarmupStopConfig(ApiModel):
         if self.greedy_pass_min > self.greedy_pass_max:
             raise ValueError("greedyPassMin must not exceed greedyPassMax")
         return self
+
+
+class WarmupGoalConfig(ApiModel):
+    demonstrations: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="Demonstrations measured after the last epoch, drawn from the warm-up's"
+        " with spec.seed (all of them when there are fewer).",
+    )
+    reply_match_min: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="The goal: the share of the measured demonstrations' replies that the"
+        " greedy policy reproduces exactly (every token its most likely one).",
+    )
+    on_below_goal: Literal["continue", "extend", "fail"] = Field(
+        default="extend",
+        description="Below the goal: continue (go on to GRPO, saying so), extend (train"
+        " extendEpochs more epochs once, then fail if still below) or fail (the run fails;"
+        " its warm-up's checkpoint is kept).",
+    )
+    extend_epochs: int = Field(
+        default=30, ge=1, le=1000, description="The epochs onBelowGoal extend adds, once."
+    )
+
+
+class WarmupStatus(ApiModel):
+    epochs: int | None = Field(
+        default=None, description="Epochs the warm-up ran, an extension included."
+    )
+    extended_epochs: int | None = Field(
+        default=None, description="Epochs added by onBelowGoal extend (0: none)."
+    )
+    reply_match: float | None = Field(
+        default=None,
+        description="Share of the measured demonstrated replies the greedy policy reproduces.",
+    )
+    replies: int | None = Field(default=None, description="Demonstrated replies measured.")
+    goal: float | None = Field(default=None, description="goal.replyMatchMin.")
+    below_goal: bool | None = Field(
+        default=None, description="True when the warm-up ended below its goal."
+    )
+    result: Literal["Met", "MetAfterExtension", "BelowGoalContinued", "BelowGoalFailed"] | None = (
+        Field(default=None, description="What the run did with the measurement.")
+    )
+    time: DateTime | None = Field(default=None, description="When it was measured.")

@@ -22,6 +22,8 @@ SANDBOXES_READY = "SandboxesReady"
 TRAINER_READY = "TrainerReady"
 ADMITTED = "Admitted"  # runs with spec.kueue: Kueue's admission of the Job's Workload
 FAILED = "Failed"
+# TrainingRun, once its trainer has measured the warm-up (status.warmup, spec.warmup.goal)
+WARMUP_BELOW_GOAL = "WarmupBelowGoal"
 
 Condition = dict[str, Any]
 

@@ -159,6 +159,32 @@ def test_a_run_asking_for_capacity_shows_its_pools_demand_met_while_active():
     assert c.find(st["conditions"], "DemandMet") is None  # no capacity asked
 
 
+def test_a_warm_up_below_its_goal_shows_as_a_condition_from_the_trainers_status():
+    run = {"metadata": {"generation": 2}, "spec": RUN_SPEC}
+    assert c.find(run_status(run, Observed(None, 2), "T0")["conditions"], "WarmupBelowGoal") is None
+    warmup = {"epochs": 120, "extendedEpochs": 30, "replyMatch": 0.125, "replies": 96,
+              "goal": 0.6, "belowGoal": True, "result": "BelowGoalFailed"}  # fmt: skip
+    st = run_status({**run, "status": {"warmup": warmup}}, Observed(None, 2), "T1")
+    cond = c.find(st["conditions"], "WarmupBelowGoal")
+    assert (cond["status"], cond["reason"], cond["observedGeneration"]) == (
+        "True", "BelowGoalFailed", 2,
+    )  # fmt: skip
+    assert cond["message"] == (
+        "the greedy policy reproduces 12% of the demonstrated replies measured after 120 epochs"
+        " of warm-up; its goal is 60%"
+    )
+    met = {**warmup, "replyMatch": 0.85, "belowGoal": False, "result": "Met"}
+    st = run_status({**run, "status": {"warmup": met}}, Observed(None, 2), "T2")
+    assert c.find(st["conditions"], "WarmupBelowGoal")["status"] == "False"
+    # status is writable by others: a malformed figure gives a plain message, never a crash
+    odd = {"belowGoal": True, "result": "Not a reason!", "replyMatch": "x"}
+    cond = c.find(run_status({**run, "status": {"warmup": odd}}, Observed(None, 2), "T3")
+                  ["conditions"], "WarmupBelowGoal")  # fmt: skip
+    assert (cond["reason"], cond["message"]) == (
+        "BelowGoal", "the warm-up was measured against spec.warmup.goal",
+    )  # fmt: skip
+
+
 def merge_patch(stored: dict, patch: dict) -> dict:
     """RFC 7386 for a flat status with list values, as the API server applies {"status": ...}."""
     out = dict(stored)

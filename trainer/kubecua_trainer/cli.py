@@ -1,6 +1,7 @@
 """Command line of the trainer.
 
     python -m kubecua_trainer run examples/trainingrun-local.yaml     a manifest file, locally
+        [--seed N]                      the same recipe with another seed (spec.seed)
     python -m kubecua_trainer run --trainingrun NAME --namespace NS     the live object (in a pod)
     python -m kubecua_trainer validate FILE                             check a manifest, print it
     python -m kubecua_trainer evaluate MODEL --tasks T --local 2 --output-dir D
@@ -19,6 +20,9 @@ and a Job must not count the pod as succeeded; the next run resumes from that ch
 under torchrun's agent (kubecua_trainer.launch) exits 0 instead, since the agent counts any other
 code as a failed worker; the launcher itself then exits 143.
 `evaluate --help` lists its flags (evaluation/standalone.py).
+A run prints its seed first. Its log records go to <outputDir>/trainer.log; on the terminal
+they are left to the console's lines (one per warm-up epoch and per step) except warnings and
+errors, and with --no-progress (pods, benchmarks: no console) they go to stderr as well.
 Exit codes: 0 all steps done, 143 stopped by SIGTERM before the last step, 2 invalid
 configuration, 1 any other failure, 130 interrupted (Ctrl-C).
 """
@@ -27,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--trainingrun", default=os.environ.get("KUBECUA_TRAININGRUN_NAME"))
     run.add_argument("--namespace", default=os.environ.get("KUBECUA_TRAININGRUN_NAMESPACE"))
     run.add_argument("--steps", type=int, help="override spec.steps")
+    run.add_argument(
+        "--seed", type=int, help="override spec.seed: the same recipe with another seed"
+    )
     run.add_argument("--output-dir", help="override spec.outputDir")
     run.add_argument("--metrics-port", type=int, help="override spec.metrics.port (0: off)")
     run.add_argument("--metrics-addr", help="bind address (default 127.0.0.1 locally)")
@@ -121,7 +130,7 @@ def _demonstrations(args: argparse.Namespace) -> int:
             )
         )
     except (ConfigError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe(err)}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0
@@ -133,10 +142,50 @@ def _export_merged(args: argparse.Namespace) -> int:
     try:
         out = export_merged(args.checkpoint, args.out, args.base)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe(err)}", file=sys.stderr)
         return 2
     print(f"merged model: {out}")
     return 0
+
+
+def describe(err: BaseException) -> str:
+    """An error as the CLI prints it: its message, or its type when it has none (a bare
+    TimeoutError once printed `error: ` and nothing else).
+
+    >>> describe(TimeoutError()), describe(FileNotFoundError("no model at /m"))
+    ('TimeoutError (no message)', 'no model at /m')
+    """
+    text = str(err).strip()
+    return text or f"{type(err).__name__} (no message)"
+
+
+@contextlib.contextmanager
+def log_to_file(out_dir: Path, console: bool) -> Iterator[Path]:
+    """The run's log records into <out_dir>/trainer.log (a rank other than 0: trainer-rank-N.log)
+    while it runs; with a console the terminal keeps warnings and errors only, so a record is
+    never shown beside the console's line for the same event."""
+    rank = os.environ.get("RANK", "0")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ("trainer.log" if rank == "0" else f"trainer-rank-{rank}.log")
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    terminal = [
+        h for h in root.handlers
+        if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.stdout)
+    ]  # fmt: skip
+    levels = [h.level for h in terminal]
+    if console:
+        for h in terminal:
+            h.setLevel(logging.WARNING)
+    root.addHandler(handler)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for h, level in zip(terminal, levels, strict=True):
+            h.setLevel(level)
 
 
 def load_run(args: argparse.Namespace) -> TrainingRun:
@@ -156,6 +205,10 @@ def load_run(args: argparse.Namespace) -> TrainingRun:
         if args.steps < 1:
             raise ConfigError("--steps: must be >= 1")
         spec.steps = args.steps
+    if getattr(args, "seed", None) is not None:
+        if not 0 <= args.seed <= 2**32 - 1:
+            raise ConfigError("--seed: must be between 0 and 4294967295")
+        spec.seed = args.seed
     if getattr(args, "output_dir", None):
         spec.output_dir = os.path.abspath(args.output_dir)
     if getattr(args, "metrics_port", None) is not None:
@@ -179,37 +232,48 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = load_run(args)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {describe(err)}", file=sys.stderr)
         return 2
     if args.command == "validate":
         print(json.dumps(run.spec.model_dump(by_alias=True, exclude_none=True), indent=2))
         return 0
+    # torch is imported only when running
+    from kubecua_trainer.saver import run_dirs
     from kubecua_trainer.speedups.cpu_threads import limit_cpu_threads
-    from kubecua_trainer.train import RunOptions, train  # torch import only when running
+    from kubecua_trainer.train import RunOptions, train
+    from kubecua_trainer.warmup.goal import WarmupBelowGoal
 
-    limit_cpu_threads()
-
-    in_cluster = bool(getattr(args, "trainingrun", None))
-    opts = RunOptions(
-        console=not args.no_progress,
-        metrics_addr=getattr(args, "metrics_addr", None)
-        or ("0.0.0.0" if in_cluster else "127.0.0.1"),
-        patch_status=in_cluster,
-        handle_signals=True,
-        signals_seen=early,
-        reclaim=args.command != "evaluate",
-    )
-    try:
-        result = asyncio.run(train(run, opts))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, TimeoutError) as err:  # missing model/launcher, no sandboxes
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
-        return 130
+    with log_to_file(run_dirs(run.spec)[0], console=not args.no_progress) as log_file:
+        if args.command == "run" and os.environ.get("RANK", "0") == "0":
+            print(
+                f"run {run.name}: seed {run.spec.seed} (--seed N: the same recipe with another);"
+                f" log {log_file}",
+                file=sys.stderr,
+                flush=True,
+            )
+        limit_cpu_threads()
+        in_cluster = bool(getattr(args, "trainingrun", None))
+        opts = RunOptions(
+            console=not args.no_progress,
+            metrics_addr=getattr(args, "metrics_addr", None)
+            or ("0.0.0.0" if in_cluster else "127.0.0.1"),
+            patch_status=in_cluster,
+            handle_signals=True,
+            signals_seen=early,
+            reclaim=args.command != "evaluate",
+        )
+        try:
+            result = asyncio.run(train(run, opts))
+        except ConfigError as err:
+            print(f"error: {describe(err)}", file=sys.stderr)
+            return 2
+        except (FileNotFoundError, TimeoutError, WarmupBelowGoal) as err:
+            # a missing model or launcher, sandboxes that never came, a warm-up that did not take
+            print(f"error: {describe(err)}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("interrupted; the next run resumes from the latest checkpoint", file=sys.stderr)
+            return 130
     code = 0 if result.stopped_at is None else stopped_exit_code()
     if not result.main:  # rank 0 prints the run's summary
         return code

@@ -121,6 +121,8 @@ class TrainerMetrics:
         # spec.tasks.curriculum's pass rates (observe_curriculum): only in runs that have one
         self.curriculum_tasks: Gauge | None = None
         self.curriculum_mean: Gauge | None = None
+        # spec.warmup.goal's measurement (observe_warmup): only in runs with a warm-up
+        self.warmup_gauges: dict[str, Gauge] | None = None
         self._eval_metrics()
 
     def _eval_metrics(self) -> None:
@@ -177,6 +179,36 @@ class TrainerMetrics:
                 self.eval_task_success.labels(row["task_id"]).set(row["success_rate"])
         for outcome, n in outcomes.items():
             self.eval_episodes.labels(outcome).inc(n)
+
+    def observe_warmup(self, goal: dict[str, Any]) -> None:
+        """The warm-up's goal (warmup.json's "goal", warmup/goal.py): the measured share of
+        demonstrated replies reproduced, the goal, and 1 when it ended below it. Registered at
+        the first measurement: a run without one shows none (a 0 would read as a measured 0%)."""
+        if self.warmup_gauges is None:
+            r = self.registry
+            self.warmup_gauges = {
+                "reply_match": Gauge(
+                    P + "warmup_reply_match_ratio",
+                    "Share of the measured demonstrated replies the greedy policy reproduces"
+                    " after the warm-up (spec.warmup.goal).",
+                    registry=r,
+                ),
+                "reply_match_min": Gauge(
+                    P + "warmup_goal_ratio", "spec.warmup.goal.replyMatchMin.", registry=r
+                ),
+                "below_goal": Gauge(
+                    P + "warmup_below_goal",
+                    "1 when the warm-up ended below spec.warmup.goal, else 0.",
+                    registry=r,
+                ),
+                "epochs": Gauge(
+                    P + "warmup_epochs",
+                    "Epochs the warm-up ran, an extension included.",
+                    registry=r,
+                ),
+            }
+        for key, gauge in self.warmup_gauges.items():
+            gauge.set(float(goal[key]))
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         if port:

@@ -1,5 +1,6 @@
 """The console view of a run: a rich progress bar for steps and the current step's episodes,
-and one summary line per step."""
+one summary line per step, and the stages' own lines (say(): one per warm-up epoch, with its
+loss and the time left; warmup/stage.py). Log records go to the run's log file instead (cli.py)."""
 
 from __future__ import annotations
 
@@ -59,4 +60,6 @@ class RunProgress:
         )
 
     def say(self, text: str) -> None:
-        self.console.print(text)
+        """One line per event: never cut at the console's width (the terminal wraps it, and a
+        piped or logged console keeps one line an event)."""
+        self.console.print(text, soft_wrap=True)

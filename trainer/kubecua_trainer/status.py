@@ -1,9 +1,9 @@
 """Patch the trainer's own TrainingRun status subresource (cluster mode only).
 
 The trainer owns step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint,
-evaluation (the last held-out evaluation) and cost (cost.py); the operator owns phase and
-conditions, so this merge-patch never names those. A patch is sent only when a value changed,
-and a failed patch is logged, never fatal: training goes on.
+evaluation (the last held-out evaluation), warmup (its goal's measurement) and cost (cost.py);
+the operator owns phase and conditions, so this merge-patch never names those. A patch is sent
+only when a value changed, and a failed patch is logged, never fatal: training goes on.
 """
 
 from __future__ import annotations
@@ -124,6 +124,21 @@ def build_evaluation_status(
         "time": (finished or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "tasks": tasks,
         "tasksTruncated": len(rows) > MAX_STATUS_TASKS,
+    }
+
+
+def build_warmup_status(goal: dict[str, Any], measured: datetime | None = None) -> dict[str, Any]:
+    """status.warmup from warmup.json's "goal" (warmup/goal.py record()), measured at `measured`
+    (default now); the operator's WarmupBelowGoal condition follows belowGoal."""
+    return {
+        "epochs": goal["epochs"],
+        "extendedEpochs": goal["extended_epochs"],
+        "replyMatch": round(goal["reply_match"], 6),
+        "replies": goal["replies"],
+        "goal": goal["reply_match_min"],
+        "belowGoal": goal["below_goal"],
+        "result": goal["result"],
+        "time": (measured or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 

@@ -61,3 +61,20 @@ def test_three_flips_up_and_one_down_are_within_the_noise(tmp_path: Path) -> Non
         " succeeded -> failed; McNemar exact p = 0.625): within the noise (p >= 0.05): not shown"
         " to be a change"
     )
+
+
+def test_the_summary_opens_with_the_seed_and_whether_the_warm_up_reached_its_goal(
+    tmp_path: Path,
+) -> None:
+    write_history(tmp_path, [evaluation(tmp_path, 0, [False] * 30)])
+    goal = {"reply_match": 0.25, "replies": 96, "reply_match_min": 0.6, "below_goal": True,
+            "extended_epochs": 30}  # fmt: skip
+    warm = {"seed": 4, "epochs": 120, "goal": goal}
+    (tmp_path / "warmup.json").write_text(json.dumps(warm))
+    lines = summary(tmp_path)
+    assert lines[0] == "seed 4 (make demo SEED=n, or run --seed n: the same recipe, another)"
+    assert lines[1] == (
+        "warm-up: 120 epochs, 30 of them added; the greedy policy reproduces 25% of 96"
+        " demonstrated replies (goal 60%): BELOW ITS GOAL"
+    )
+    assert lines[2] == "held-out success (tasks never trained on, greedy):"

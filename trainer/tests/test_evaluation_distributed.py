@@ -32,7 +32,9 @@ def test_two_ranks_share_the_evaluation_and_rank_0_writes_it(
         spec = run_spec(tiny_model_dir, [a.url, b.url], train_dir, held_dir, out, 0)
         spec["steps"], spec["evaluation"]["everySteps"] = 1, 0
         spec["evaluation"]["beforeWarmup"] = True
-        spec["warmup"] = {"demonstrations": str(demos), "epochs": 1, "batchSize": 2}
+        # one epoch leaves the warm-up below its goal: both ranks measure it and go on
+        spec["warmup"] = {"demonstrations": str(demos), "epochs": 1, "batchSize": 2,
+                          "goal": {"onBelowGoal": "continue"}}  # fmt: skip
         spec["trainer"]["nodes"] = 2  # two processes of one GPU-less node each
         obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "d"}, "spec": spec}
         manifest = tmp_path / "run.yaml"

@@ -247,3 +247,105 @@ def test_a_recording_with_no_successful_demonstration_is_refused_and_not_cached(
         check_recorded(jsonl)
     jsonl.write_text("".join(json.dumps({"outcome": o}) + "\n" for o in ("failure", "success")))
     check_recorded(jsonl)  # one success: a biased demonstrator's recording, kept
+
+
+def _evaluation(out: Path, step: int, succeeded: list[bool]) -> None:
+    """One held-out evaluation as a run writes it (evaluations/step-NNNN/summary.json)."""
+    folder = out / "evaluations" / f"step-{step:04d}"
+    folder.mkdir(parents=True)
+    rows = [
+        {"task_id": f"h{i}", "scored": 1, "successes": int(ok)} for i, ok in enumerate(succeeded)
+    ]
+    (folder / "summary.json").write_text(json.dumps({"tasks": rows}))
+
+
+def _arms(tmp: Path, seed: int, control: bool = True) -> dict:
+    """One seed's arms: GRPO 2 -> 20 of 30 held out, continued SFT 5, a flat control."""
+    grpo_out, sft_out = tmp / f"seed-{seed}", tmp / f"seed-{seed}-sft"
+    _evaluation(grpo_out, 0, [True] * 2 + [False] * 28)
+    _evaluation(grpo_out, 12, [True] * 20 + [False] * 10)
+    _evaluation(sft_out, 0, [True] * 5 + [False] * 25)
+    grpo = {**_run(2 / 30, 20 / 30), "seed": seed, "out": str(grpo_out)}
+    grpo["heldout_start"]["step"], grpo["heldout_end"]["step"] = 0, 12
+    arms = {"grpo": grpo, "sft": {"out": str(sft_out), "heldout_end": {"success": 5 / 30}}}
+    if control:
+        arms["control"] = _run(2 / 30, 2 / 30)
+    return arms
+
+
+def test_the_verdict_is_over_the_seeds_requested_and_names_a_failed_arm(tmp_path: Path) -> None:
+    from bench.learning.run import arms_verdict
+
+    arms = [_arms(tmp_path, 0), _arms(tmp_path, 1), _arms(tmp_path, 2)]
+    whole = arms_verdict(arms, [0, 1, 2], [], control=True)
+    assert whole["goal_reached"]
+    assert whole["seeds_with_grpo"] == [0, 1, 2]
+    assert whole["mcnemar_grpo_start_vs_end"]["fail_to_success"] == 54
+    # Seed 2's GRPO run failed twice: the two seeds left rise, but "every seed" is every seed
+    # requested, and the failure is named with its error.
+    failed = [{"seed": 2, "arm": "grpo", "error": "TimeoutError (no message)"}]
+    got = arms_verdict(arms[:2], [0, 1, 2], failed, control=True)
+    assert (got["seeds_requested"], got["seeds_with_grpo"]) == ([0, 1, 2], [0, 1])
+    assert got["failed"] == failed
+    assert got["grpo_rises_20_points_every_seed"] is False
+    assert got["grpo_10_points_over_continued_sft"] is False  # seed 2 has no SFT arm either
+    assert got["control_flat"] is False  # nor a control
+    assert got["mcnemar_p_below_0.01"] is True  # pooled over the seeds there are
+    assert got["goal_reached"] is False
+    # A seed whose control alone failed: the control goal and the verdict fail, the others hold.
+    no_control = {k: v for k, v in _arms(tmp_path / "c", 2).items() if k != "control"}
+    failed = [{"seed": 2, "arm": "control", "error": "kubecua_trainer run exited 1: error: ..."}]
+    got = arms_verdict([*arms[:2], no_control], [0, 1, 2], failed, control=True)
+    assert got["grpo_rises_20_points_every_seed"] is True
+    assert got["grpo_10_points_over_continued_sft"] is True
+    assert (got["control_flat"], got["goal_reached"]) == (False, False)
+    # --no-control: no control goal to fail
+    plain = [_arms(tmp_path / "p", s, control=False) for s in (0, 1)]
+    got = arms_verdict(plain, [0, 1], [], control=False)
+    assert (got["control_flat"], got["goal_reached"]) == (None, True)
+
+
+@pytest.mark.asyncio
+async def test_a_failed_arm_is_run_once_more_then_named_with_its_errors() -> None:
+    from bench.learning.run import ArmError, ArmFailed, retried
+
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TimeoutError()  # a loaded machine: no message at all
+        return "done"
+
+    assert await retried(0, "control", flaky) == "done"
+    assert len(calls) == 2
+
+    async def broken() -> str:
+        raise ArmError("sft", "the continued fit: bench.learning.continued_sft exited 1")
+
+    with pytest.raises(ArmFailed) as err:
+        await retried(1, "grpo", broken)
+    assert err.value.record(1) == {
+        "seed": 1, "arm": "sft",
+        "error": "the continued fit: bench.learning.continued_sft exited 1",
+        "errors": ["the continued fit: bench.learning.continued_sft exited 1"] * 2,
+    }  # fmt: skip
+
+    async def silent() -> str:
+        raise TimeoutError()
+
+    with pytest.raises(ArmFailed) as err:
+        await retried(2, "control", silent)
+    assert err.value.record(2)["error"] == "TimeoutError (no message)"
+
+
+def test_a_failed_childs_error_line_is_what_the_verdict_quotes(tmp_path: Path) -> None:
+    from bench.learning.run import last_error
+
+    log = tmp_path / "run.log"
+    log.write_text("INFO x: warm-up epoch 1/2\nerror: waited 600 s for 3 ready sandbox(es)"
+                   " (...): 1 of 3 ready\n")  # fmt: skip
+    assert last_error(log) == "error: waited 600 s for 3 ready sandbox(es) (...): 1 of 3 ready"
+    log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: boom\n")
+    assert last_error(log) == "RuntimeError: boom"
+    assert last_error(tmp_path / "missing.log") == "(no log)"

@@ -14,7 +14,14 @@ from kubernetes import client
 from kubecua_trainer.config import load_from_cluster
 from kubecua_trainer.sources.kube import PoolSource
 from kubecua_trainer.sources.leases import SandboxLeases
-from kubecua_trainer.status import GROUP, PLURAL, VERSION, StatusPatcher, build_status
+from kubecua_trainer.status import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    StatusPatcher,
+    build_status,
+    build_warmup_status,
+)
 
 require_control_plane()
 
@@ -60,6 +67,33 @@ def test_status_patch_writes_trainer_fields_and_skips_unchanged(api, namespace) 
     got = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "r1")["status"]
     assert got["step"] == 3
     assert got["lastCheckpoint"]["step"] == 2
+
+
+def test_the_warm_ups_goal_is_patched_into_status_warmup_as_the_crd_stores_it(
+    api, namespace
+) -> None:
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, training_run("w1"))
+    goal = {
+        "reply_match": 0.125,
+        "matched": 12,
+        "replies": 96,
+        "demonstrations": 32,
+        "reply_match_min": 0.6,
+        "on_below_goal": "extend",
+        "epochs": 120,
+        "extended_epochs": 30,
+        "below_goal": True,
+        "result": "BelowGoalFailed",
+        "seconds": 1.2,
+    }  # fmt: skip  (warmup.json's "goal", warmup/goal.py record())
+    patcher = StatusPatcher("w1", namespace, api=custom)
+    assert patcher.patch({"warmup": build_warmup_status(goal)}) is True
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "w1")["status"]
+    stored = got["warmup"]
+    assert stored.pop("time").endswith("Z")
+    assert stored == {"epochs": 120, "extendedEpochs": 30, "replyMatch": 0.125, "replies": 96,
+                      "goal": 0.6, "belowGoal": True, "result": "BelowGoalFailed"}  # fmt: skip
 
 
 def test_status_patch_failure_is_not_fatal(api, namespace) -> None:

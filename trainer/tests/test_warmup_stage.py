@@ -42,7 +42,9 @@ DEMOS = {  # task id -> the demonstrated replies (each episode succeeds on the l
     "t1": ["Click it.\n```python\npyautogui.click(30, 40)\n```", "DONE"],
     "t2": ["```python\npyautogui.press('enter')\n```", "All done. DONE"],
 }
-WARMUP = {"epochs": 8, "batchSize": 2, "learningRate": 1e-2}
+# These tests are about the fit; 8 epochs leave the tiny model short of spec.warmup.goal's
+# default, so below it they go on (test_warmup_goal.py tests the goal).
+WARMUP = {"epochs": 8, "batchSize": 2, "learningRate": 1e-2, "goal": {"onBelowGoal": "continue"}}
 
 
 async def write_demos(policy: Policy, path: Path) -> Path:

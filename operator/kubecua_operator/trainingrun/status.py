@@ -1,7 +1,8 @@
 """A TrainingRun's operator-owned status, computed whole from its Job and its pool.
 
-The trainer patches step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint and
-evaluation; this module never writes those, so the two writers never fight over a field. A run
+The trainer patches step, totalSteps, meanReward, successRate, tokensPerSecond, lastCheckpoint,
+evaluation and warmup; this module never writes those, so the two writers never fight over a
+field. The WarmupBelowGoal condition is this module's, read from the trainer's status.warmup. A run
 with steps 0 (evaluation only) goes through the same phases as any other.
 """
 
@@ -212,6 +213,9 @@ def compute_run_status(body: Obj, spec: TrainingRunSpec | None, seen: Observed, 
     demand = demand_condition(spec, phase, seen, gen) if spec else None
     if demand:
         conds.append(demand)
+    warmup = warmup_condition(old.get("warmup"), gen)
+    if warmup:
+        conds.append(warmup)
     status: Obj = {
         "phase": phase,
         "conditions": c.merge(old.get("conditions") or [], conds, now),
@@ -241,6 +245,39 @@ def degraded_condition(issues: tuple[Issue, ...], gen: int) -> Obj:
                       gen)  # fmt: skip
     message = "; ".join(dict.fromkeys(i.message for i in issues))[:1024]
     return c.make(c.DEGRADED, True, issues[0].reason, message, gen)
+
+
+WARMUP_RESULTS = ("Met", "MetAfterExtension", "BelowGoalContinued", "BelowGoalFailed")
+
+
+def warmup_condition(warmup: Any, gen: int) -> Obj | None:
+    """WarmupBelowGoal from the trainer's status.warmup (spec.warmup.goal's measurement after
+    the warm-up): True with the trainer's result as reason (BelowGoalContinued, BelowGoalFailed)
+    and the figure in the message; absent until the warm-up is measured.
+
+    >>> w = {"replyMatch": 0.1, "goal": 0.6, "epochs": 120, "belowGoal": True,
+    ...      "result": "BelowGoalFailed"}
+    >>> cond = warmup_condition(w, 3)
+    >>> cond["status"], cond["reason"], cond["message"][:45]
+    ('True', 'BelowGoalFailed', 'the greedy policy reproduces 10% of the demon')
+    >>> warmup_condition({**w, "belowGoal": False, "replyMatch": 0.8, "result": "Met"}, 3)["status"]
+    'False'
+    """
+    if not isinstance(warmup, dict) or not isinstance(warmup.get("belowGoal"), bool):
+        return None
+    below = warmup["belowGoal"]
+    reason = str(warmup.get("result"))
+    if reason not in WARMUP_RESULTS:  # the CRD's enum holds it; a reason must be CamelCase
+        reason = "BelowGoal" if below else "Met"
+    try:
+        message = (
+            f"the greedy policy reproduces {float(warmup['replyMatch']):.0%} of the demonstrated"
+            f" replies measured after {int(warmup['epochs'])} epochs of warm-up; its goal is"
+            f" {float(warmup['goal']):.0%}"
+        )
+    except (KeyError, TypeError, ValueError):  # status is writable by others: never crash on it
+        message = "the warm-up was measured against spec.warmup.goal"
+    return c.make(c.WARMUP_BELOW_GOAL, below, reason, message, gen)
 
 
 def demand_condition(spec: TrainingRunSpec, phase: str, seen: Observed, gen: int) -> Obj | None:

@@ -37,6 +37,8 @@ def curves(doc: dict[str, Any], path: Path) -> None:
             f"({a['episodes']} episodes each)",
         )
     for i, arm in enumerate(doc["arms"]):  # continued SFT: one evaluation, at GRPO's end
+        if "sft" not in arm:
+            continue  # its arm failed twice (run.py names it in the verdict's "failed")
         sft, end = arm["sft"]["heldout_end"], arm["grpo"]["heldout_end"]
         label = f"seed {arm['grpo']['seed']} continued SFT: {sft['success']:.2f}"
         held.plot([end["step"] + 0.15 * i], [sft["success"]], "s", color=f"C{i}", label=label)

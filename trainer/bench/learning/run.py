@@ -18,8 +18,12 @@ the untrained model, then for each seed three arms from one warm-up, all on the 
   > 0), then the same evaluation.
 Prints one JSON document (stdout: per-seed figures, the pooled paired McNemar test over every
 seed's held-out instances, wall time and load average) and writes it with a curves PNG to
---out. Goal (issue 30): GRPO >= +20 points over its start in every seed and >= +10 over
-continued SFT, the control flat, pooled McNemar p < 0.01.
+--out. A seed's GRPO run (with the continued-SFT fit beside it) or a later arm that fails is run
+once more (a loaded machine's timeout is the usual cause); failing again, it is named in the
+verdict's "failed" with its error, and the verdict is over the seeds requested: a seed or arm
+missing fails every goal that needs it, and goal_reached is false.
+Goal (issue 30): GRPO >= +20 points over its start in every seed and >= +10 over continued SFT,
+the control flat, pooled McNemar p < 0.01.
 The family's folder gives the demonstrations' instances, the splits and the rollout's maxPixels
 and maxTurns (family.json); nothing else about a family is written here.
 What it leaves out: any pretrained knowledge (the model starts random); see docs/benchmarks.md
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -41,8 +46,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml  # type: ignore[import-untyped]
 
@@ -53,6 +59,7 @@ from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import LocalSource
 
 PY = sys.executable
+T = TypeVar("T")
 CONTROL_LR = 1e-30
 GOAL_RISE = 0.20
 
@@ -114,8 +121,11 @@ RECIPE: dict[str, Any] = {
 # (--control-steps to match them).
 CONTROL_STEPS = 2
 SMOKE = {"steps": 1, "seeds": [0], "heldout": 4, "control": False}
+# A failed GRPO run or arm is run this many more times before it fails the verdict.
+RETRIES = 1
 SMOKE_WARMUP_EPOCHS = 3  # the smoke checks that the pipeline runs through, not that it learns
-# (its stopping rule measures 2 training instances, 2 sampled episodes each)
+# (its stopping rule measures 2 training instances, 2 sampled episodes each; below the warm-up's
+# goal, as 3 epochs are, it goes on)
 
 
 def digest(*parts: bytes) -> str:
@@ -253,10 +263,66 @@ async def _python(
             raise
         if code != 0:
             where = f"; its log: {log}" if log else ""
-            raise RuntimeError(f"{module} {argv[0]} exited {proc.returncode}{where}")
+            said = f": {last_error(log)}" if log else ""
+            raise RuntimeError(f"{module} {argv[0]} exited {proc.returncode}{said}{where}")
     finally:
         if out:
             out.close()
+
+
+def last_error(log: Path) -> str:
+    """What a failed child said last: its `error: ...` line (the CLI's), else the last line of
+    its log (a traceback's ends with the exception), else that the log is empty."""
+    try:
+        lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return "(no log)"
+    said = [x for x in lines if x.startswith("error:")]
+    return (said or lines or ["(an empty log)"])[-1]
+
+
+def describe(err: BaseException) -> str:
+    """An exception as the verdict names it: its message, or its type when it has none."""
+    return str(err).strip() or f"{type(err).__name__} (no message)"
+
+
+class ArmError(RuntimeError):
+    """An arm's failure, naming the arm (grpo, sft, control)."""
+
+    def __init__(self, arm: str, error: str) -> None:
+        super().__init__(f"{arm}: {error}")
+        self.arm, self.error = arm, error
+
+
+class ArmFailed(RuntimeError):
+    """An arm that failed every attempt: its name and each attempt's error."""
+
+    def __init__(self, arm: str, errors: list[str]) -> None:
+        super().__init__(f"{arm} failed {len(errors)} time(s); last: {errors[-1]}")
+        self.arm, self.errors = arm, errors
+
+    def record(self, seed: int) -> dict[str, Any]:
+        return {"seed": seed, "arm": self.arm, "error": self.errors[-1], "errors": self.errors}
+
+
+async def retried(
+    seed: int, arm: str, attempt: Callable[[], Awaitable[T]], retries: int = RETRIES
+) -> T:
+    """attempt(), and again up to `retries` times after a failure; ArmFailed once every attempt
+    failed (an ArmError names its own arm, anything else is `arm`'s)."""
+    errors: list[str] = []
+    name = arm
+    for i in range(1 + retries):
+        try:
+            return await attempt()
+        except ArmError as err:
+            name, text = err.arm, err.error
+        except Exception as err:  # a stop (CancelledError, KeyboardInterrupt) is not retried
+            name, text = arm, describe(err)
+        errors.append(text)
+        left = "; running it again" if i < retries else ""
+        say(f"seed {seed}: {name} failed (attempt {i + 1} of {1 + retries}): {text}{left}")
+    raise ArmFailed(name, errors)
 
 
 def collect(out_dir: Path, seconds: float) -> dict[str, Any]:
@@ -390,12 +456,11 @@ async def continued_sft(name: str, ctx: dict[str, Any], out: Path, seconds: Path
     return dict(json.loads((sft_dir / "continued.json").read_text()))
 
 
-async def seed_arms(seed: int, ctx: dict[str, Any], out: Path, control: bool) -> dict:
-    """The three arms of one seed, from one warm-up. GRPO: the warm-up (with its stopping
-    rule), the step-0 evaluation, the steps, the last evaluation. Continued SFT: from the same
-    step-0 checkpoint and the warm-up's own optimizer, side by side with the GRPO steps for as
-    long as they take (the same wall time on the same machine), then the same evaluation.
-    The control: GRPO at learning rate ~0 from the same step-0 checkpoint."""
+async def grpo_with_fit(seed: int, ctx: dict[str, Any], out: Path) -> tuple[dict, dict]:
+    """One attempt at a seed's GRPO run with its continued-SFT fit beside it: the warm-up (with
+    its stopping rule), the step-0 evaluation, the steps, the last evaluation; the fit from the
+    same step-0 checkpoint and the warm-up's own optimizer, for as long as the steps take (the
+    same wall time on the same machine). ArmError names the one that failed."""
     lr = RECIPE["algorithm"]["learningRate"]
     name = f"seed-{seed}"
     run_out, sft_dir = out / name / "out", out / f"{name}-sft"
@@ -414,15 +479,38 @@ async def seed_arms(seed: int, ctx: dict[str, Any], out: Path, control: bool) ->
             await has_lines(run_out / "history.jsonl", ctx["steps"], grpo_run)
             seconds.write_text(f"{time.monotonic() - t_steps:.1f}\n")
         grpo = await grpo_run
-    finally:
+    except BaseException as err:
+        grpo_run.cancel()
         if not seconds.exists():
             seconds.write_text("0\n")  # the GRPO arm failed: the SFT arm ends too
-    assert sft_run is not None
-    fit = await sft_run
+        if sft_run is not None:
+            with contextlib.suppress(BaseException):
+                await sft_run
+        if isinstance(err, Exception):
+            raise ArmError("grpo", describe(err)) from err
+        raise
+    if sft_run is None:
+        raise ArmError("grpo", "its step-0 evaluation never came, yet the run ended")
+    try:
+        fit = await sft_run
+    except Exception as err:
+        raise ArmError("sft", f"the continued fit: {describe(err)}") from err
     warm = json.loads((run_out / "warmup.json").read_text())
     grpo["warmup_epochs"], grpo["warmup_checks"] = warm["epochs"], warm.get("checks", [])
     grpo["warmup_seconds"] = warm["seconds"]
+    grpo["warmup_goal"] = warm.get("goal")
     grpo["steps_seconds"] = float(seconds.read_text())
+    return grpo, fit
+
+
+async def seed_arms(seed: int, ctx: dict[str, Any], out: Path, control: bool) -> dict:
+    """The three arms of one seed, from one warm-up: GRPO with the continued-SFT fit beside it
+    (grpo_with_fit), then the SFT arm's evaluation and the control (GRPO at learning rate ~0
+    from the same step-0 checkpoint). Each is retried once; a GRPO run that fails twice raises
+    ArmFailed, a later arm that does is left out and named in the seed's "failed"."""
+    name = f"seed-{seed}"
+    run_out = out / name / "out"
+    grpo, fit = await retried(seed, "grpo", lambda: grpo_with_fit(seed, ctx, out))
     # The SFT arm's evaluation and the control side by side, each on its share of the seed's
     # desktops (one of them for the evaluation), when there are two or more.
     urls = ctx["urls"]
@@ -441,36 +529,45 @@ async def seed_arms(seed: int, ctx: dict[str, Any], out: Path, control: bool) ->
             steps=ctx["control_steps"],
         )  # fmt: skip
 
-    arms: dict[str, Any] = {"grpo": grpo}
+    arms: dict[str, Any] = {"grpo": grpo, "failed": []}
+
+    async def arm(key: str, attempt: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        try:
+            arms[key] = await retried(seed, key, attempt)
+        except ArmFailed as err:
+            arms["failed"].append(err.record(seed))
+
     if not control:
-        arms["sft"] = await sft_arm()
+        await arm("sft", sft_arm)
     elif split:
-        arms["sft"], arms["control"] = await asyncio.gather(sft_arm(), control_arm())
+        await asyncio.gather(arm("sft", sft_arm), arm("control", control_arm))
     else:
-        arms["sft"], arms["control"] = await sft_arm(), await control_arm()
+        await arm("sft", sft_arm)
+        await arm("control", control_arm)
     return arms
 
 
 def per_seed(arms: dict[str, Any]) -> dict[str, Any]:
     """One seed's figures side by side: held-out success (greedy) at the warm-up's end, after
     GRPO, after the continued SFT and after the control, and what each took."""
-    g, sft, c = arms["grpo"], arms["sft"], arms.get("control")
+    g, sft, c = arms["grpo"], arms.get("sft"), arms.get("control")
     start = g["heldout_start"]["success"]
+    end = g["heldout_end"]["success"]
     row = {
         "seed": g["seed"],
         "warmup_epochs": g["warmup_epochs"],
         "warmup_seconds": g["warmup_seconds"],
         "heldout_episodes": g["heldout_start"]["episodes"],
         "heldout_warmup": start,
-        "heldout_grpo": g["heldout_end"]["success"],
-        "heldout_sft": sft["heldout_end"]["success"],
-        "grpo_rise": round(g["heldout_end"]["success"] - start, 4),
-        "grpo_over_sft": round(g["heldout_end"]["success"] - sft["heldout_end"]["success"], 4),
+        "heldout_grpo": end,
+        "grpo_rise": round(end - start, 4),
         "grpo_steps_seconds": g["steps_seconds"],
-        "sft_more_epochs": sft["more_epochs"],
-        "sft_seconds": sft["seconds"],
         "grpo_run_seconds": g["wall_seconds"],
     }
+    if sft is not None:  # None: its arm failed (the seed's "failed" says why)
+        row["heldout_sft"] = sft["heldout_end"]["success"]
+        row["grpo_over_sft"] = round(end - sft["heldout_end"]["success"], 4)
+        row["sft_more_epochs"], row["sft_seconds"] = sft["more_epochs"], sft["seconds"]
     if c is not None:
         row["heldout_control"] = c["heldout_end"]["success"]
         row["control_seconds"] = c["wall_seconds"]
@@ -491,37 +588,62 @@ def verdict(seeds: list[dict[str, Any]], control: dict[str, Any] | None) -> dict
     }
 
 
-def arms_verdict(arms: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 30's goal over the seeds' arms: GRPO >= +20 points over its start in every seed and
-    >= +10 over continued SFT (pooled), every control within one episode, and the pooled paired
-    exact test of GRPO's start against its end at p < 0.01."""
+def arms_verdict(
+    arms: list[dict[str, Any]],
+    requested: list[int] | None = None,
+    failed: list[dict[str, Any]] | None = None,
+    control: bool = True,
+) -> dict[str, Any]:
+    """Issue 30's goal over the seeds requested: GRPO >= +20 points over its start in every seed
+    and >= +10 over continued SFT (pooled), every control within one episode, and the pooled
+    paired exact test of GRPO's start against its end at p < 0.01. A requested seed without an
+    arm a goal needs (it failed: `failed` names it and its error) fails that goal, and any
+    failure fails goal_reached; the test pools the seeds there are.
+    requested None: the seeds of `arms`; control False: no control was asked for."""
+    failed = list(failed or [])
     grpo = [a["grpo"] for a in arms]
+    done = sorted(int(g["seed"]) for g in grpo)
+    requested = sorted(done if requested is None else requested)
+    with_sft = [a for a in arms if "sft" in a]
     end = [(paired.outcomes(Path(g["out"]), g["heldout_start"]["step"]),
             paired.outcomes(Path(g["out"]), g["heldout_end"]["step"])) for g in grpo]  # fmt: skip
     vs_sft = [(paired.outcomes(Path(a["sft"]["out"]), 0),
                paired.outcomes(Path(a["grpo"]["out"]), a["grpo"]["heldout_end"]["step"]))
-              for a in arms]  # fmt: skip
-    sft_mean = sum(a["sft"]["heldout_end"]["success"] for a in arms) / len(arms)
-    grpo_mean = sum(g["heldout_end"]["success"] for g in grpo) / len(grpo)
+              for a in with_sft]  # fmt: skip
+    sft_mean = mean([a["sft"]["heldout_end"]["success"] for a in with_sft])
+    grpo_mean = mean([g["heldout_end"]["success"] for g in grpo])
     controls = [a["control"] for a in arms if "control" in a]
     still = [
         abs(c["rise"]) <= 1.0 / max(1, c["heldout_start"]["episodes"]) + 1e-9 for c in controls
     ]
-    test, test_sft = paired.compare(end), paired.compare(vs_sft)
+    every = len(requested)
+    test = paired.compare(end) if end else None
+    test_sft = paired.compare(vs_sft) if vs_sft else None
     goals = {
-        "grpo_rises_20_points_every_seed": all(g["rise"] >= GOAL_RISE for g in grpo),
-        "grpo_10_points_over_continued_sft": grpo_mean - sft_mean >= 0.10 - 1e-9,
-        "control_flat": all(still) if controls else None,
-        "mcnemar_p_below_0.01": test["p"] < 0.01,
+        "grpo_rises_20_points_every_seed": len(grpo) == every
+        and all(g["rise"] >= GOAL_RISE for g in grpo),
+        "grpo_10_points_over_continued_sft": len(with_sft) == every
+        and grpo_mean is not None
+        and sft_mean is not None
+        and grpo_mean - sft_mean >= 0.10 - 1e-9,
+        "control_flat": (len(controls) == every and all(still)) if control else None,
+        "mcnemar_p_below_0.01": test is not None and test["p"] < 0.01,
     }
     return {
-        "grpo_end_mean": round(grpo_mean, 4),
-        "sft_end_mean": round(sft_mean, 4),
+        "seeds_requested": requested,
+        "seeds_with_grpo": done,
+        "failed": failed,
+        "grpo_end_mean": None if grpo_mean is None else round(grpo_mean, 4),
+        "sft_end_mean": None if sft_mean is None else round(sft_mean, 4),
         "mcnemar_grpo_start_vs_end": test,
         "mcnemar_sft_vs_grpo": test_sft,
         **goals,
-        "goal_reached": all(v is not False for v in goals.values()),
+        "goal_reached": not failed and all(v is not False for v in goals.values()),
     }
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -556,17 +678,23 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         async def one_seed(i: int, seed: int) -> None:
             mine = urls[i * args.desktops : (i + 1) * args.desktops]
             try:
-                arms.append(await seed_arms(seed, {**ctx, "urls": mine}, out, args.control))
-            except Exception as err:  # the other seeds go on; the JSON names this one
-                say(f"seed {seed} failed: {err}")
-                failed.append({"seed": seed, "error": str(err)})
+                done = await seed_arms(seed, {**ctx, "urls": mine}, out, args.control)
+            except ArmFailed as err:  # the other seeds go on; the verdict names this one
+                failed.append(err.record(seed))
                 return
+            except Exception as err:  # outside any arm (a bug here): named all the same
+                failed.append({"seed": seed, "arm": "seed", "error": describe(err)})
+                say(f"seed {seed} failed outside its arms: {describe(err)}")
+                return
+            failed.extend(done.pop("failed"))
+            arms.append(done)
             arms.sort(key=lambda a: int(a["grpo"]["seed"]))  # kept as they finish
             (out / "arms-so-far.json").write_text(json.dumps(arms, indent=1) + "\n")
 
         await asyncio.gather(*(one_seed(i, s) for i, s in enumerate(args.seeds)))
+        failed.sort(key=lambda f: (f["seed"], f["arm"]))
         if not arms:
-            raise RuntimeError(f"every seed failed: {failed}")
+            raise RuntimeError(f"every seed's GRPO run failed twice: {failed}")
     finally:
         await source.stop()
     doc = {
@@ -590,7 +718,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "control": arms[0].get("control"),
         "per_seed": [per_seed(a) for a in arms],
         "failed_seeds": failed,
-        "verdict": arms_verdict(arms),
+        "verdict": arms_verdict(arms, args.seeds, failed, args.control),
         "setup_seconds": round(setup, 1),
         "wall_seconds": round(time.monotonic() - t0, 1),
         "load_average": {"start": load_start, "end": list(os.getloadavg()), "cpus": os.cpu_count()},
@@ -649,7 +777,12 @@ def main(argv: list[str] | None = None) -> None:
         args.steps, args.seeds, args.heldout, args.control = (SMOKE[k] for k in SMOKE)
         # one check after 2 epochs (none follows the last chunk), 2 instances x 2 samples
         rule = {**RECIPE["warmup"]["stopWhen"], "everyEpochs": 2, "tasks": 2, "k": 2}
-        RECIPE["warmup"] = {**RECIPE["warmup"], "epochs": SMOKE_WARMUP_EPOCHS, "stopWhen": rule}
+        RECIPE["warmup"] = {
+            **RECIPE["warmup"],
+            "epochs": SMOKE_WARMUP_EPOCHS,
+            "stopWhen": rule,
+            "goal": {"onBelowGoal": "continue"},
+        }  # 3 epochs: below, and on
     # SIGTERM as Ctrl-C: the desktops and the child run are stopped on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(json.dumps(asyncio.run(bench(args)), indent=1))

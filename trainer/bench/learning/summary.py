@@ -1,4 +1,5 @@
-"""The last lines of `make demo`: held-out success untrained, after the warm-up and after GRPO,
+"""The last lines of `make demo`: the run's seed and its warm-up's goal, held-out success
+untrained, after the warm-up and after GRPO,
 each with the number of episodes behind it and its 95% interval, then whether GRPO's change is
 outside the noise, and where the curves and the report are. Reads what the run wrote
 (<out>/evaluations/history.jsonl, one line per evaluated step, each step's summary.json, and the
@@ -98,13 +99,38 @@ def training(out: Path) -> str | None:
     )
 
 
+def seed_and_warmup(out: Path, evals: list[dict[str, Any]]) -> list[str]:
+    """The seed the run used (its warmup.json's, else its first evaluation's) and, with a
+    warm-up, whether it reached spec.warmup.goal (warmup/goal.py)."""
+    warm_path = out / "warmup.json"
+    warm = json.loads(warm_path.read_text()) if warm_path.exists() else {}
+    seed = warm.get("seed")
+    if seed is None and evals:
+        path = out / "evaluations" / f"step-{evals[0]['step']:04d}" / "summary.json"
+        seed = json.loads(path.read_text()).get("seed") if path.exists() else None
+    lines = []
+    if seed is not None:
+        lines.append(f"seed {seed} (make demo SEED=n, or run --seed n: the same recipe, another)")
+    goal = warm.get("goal")
+    if goal:
+        verdict = "BELOW ITS GOAL" if goal["below_goal"] else "goal met"
+        more = f", {goal['extended_epochs']} of them added" if goal["extended_epochs"] else ""
+        lines.append(
+            f"warm-up: {warm['epochs']} epochs{more}; the greedy policy reproduces"
+            f" {goal['reply_match']:.0%} of {goal['replies']} demonstrated replies"
+            f" (goal {goal['reply_match_min']:.0%}): {verdict}"
+        )
+    return lines
+
+
 def summary(out: Path) -> list[str]:
     """The untrained model's figure (<out>/untrained, when `make demo` evaluated it), then the
     run's first evaluation (after the warm-up) and its last, then the paired verdict."""
     evals = history(out)
+    first = seed_and_warmup(out, evals)
     if not evals:
-        return [f"no evaluation found ({out / 'evaluations/history.jsonl'} is missing)"]
-    lines = ["held-out success (tasks never trained on, greedy):"]
+        return [*first, f"no evaluation found ({out / 'evaluations/history.jsonl'} is missing)"]
+    lines = [*first, "held-out success (tasks never trained on, greedy):"]
     untrained = history(out / "untrained")
     if untrained:
         lines.append(f"  untrained model: {line(untrained[0]).split(': ', 1)[1]}")

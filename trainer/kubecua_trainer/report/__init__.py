@@ -10,7 +10,8 @@ Layout under the output directory:
                                       (spec.evaluation.beforeWarmup, as make demo does, or
                                       kubecua_trainer evaluate --output-dir <out>/untrained),
                                       shown as its own point and "before"
-    warmup.json                       the warm-up's record: the run's step 0 is the warm-up's
+    warmup.json                       the warm-up's record: the run's step 0 is the warm-up's;
+                                      its seed and goal (the report's Warm-up section)
     report.html, curves.png           the index and its curves, rebuilt by every render()
     pages/step-NNNN.html              a step's filmstrips, written once (again if its episodes
     pages/eval-NNNN.html              or summary change): a long run does not redraw old steps
@@ -32,6 +33,7 @@ from kubecua_trainer.report.curriculum import curriculum_view
 from kubecua_trainer.report.curves import held_out_svg, plot_curves
 from kubecua_trainer.report.liveview import live_view
 from kubecua_trainer.report.tasks import tasks_view
+from kubecua_trainer.report.warmup import run_seed, warmup_view
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.trajectories import write_trajectories
 
@@ -181,6 +183,8 @@ class RunReport:
             live=live_view(self.dir, step_files[max(step_files)] if step_files else None),
             curriculum=curriculum_view(self.dir),
             tasks=tasks_view(self.dir, history),
+            warmup=warmup_view(self.dir),
+            seed=run_seed(self.dir, evaluations),
         )
 
     def _write_step_page(

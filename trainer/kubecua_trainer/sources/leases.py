@@ -46,6 +46,10 @@ class SandboxLeases:
         # after the sandbox's reset (rollout/episode.py). Evaluation's episodes count too.
         self.held_seconds = 0.0
         self.names: dict[str, str] = {}  # url -> sandbox name, where the source knows it
+        # What the sandboxes are and how many the source expects, for wait_ready's timeout
+        # message (the source sets them; None: it cannot know, as a pool that scales).
+        self.where = "spec.sandboxes"
+        self.expected: int | None = None
 
     # -- what sources call -------------------------------------------------------------------
     def set_ready(self, urls: list[str] | set[str]) -> None:
@@ -68,13 +72,22 @@ class SandboxLeases:
             self._release(lease)
 
     async def wait_ready(self, count: int, within: float | None = None) -> None:
-        """Block until at least `count` sandboxes are ready (TrainingRun spec minReady)."""
+        """Block until at least `count` sandboxes are ready (TrainingRun spec minReady); a
+        TimeoutError after `within` seconds says what it waited for, how long, and how many of
+        how many were ready (`where` and `expected`, which the source sets)."""
 
         async def _wait() -> None:
             async with self._changed:
                 await self._changed.wait_for(lambda: len(self._ready) >= count)
 
-        await asyncio.wait_for(_wait(), within)
+        try:
+            await asyncio.wait_for(_wait(), within)
+        except TimeoutError:
+            of = f" of {self.expected}" if self.expected is not None else ""
+            raise TimeoutError(
+                f"waited {within:g} s for {count} ready sandbox(es) ({self.where}):"
+                f" {len(self._ready)}{of} ready"
+            ) from None
 
     # -- counts for metrics and the console ----------------------------------------------------
     @property

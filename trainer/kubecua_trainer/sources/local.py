@@ -113,6 +113,8 @@ class LocalSource:
             displays.add(free_display(taken=displays))
             self.sandboxes.append(self._spawn(launcher, i, max(displays), token_file))
         self._poller = ReadinessPoller([s.url for s in self.sandboxes])
+        leases.where = f"local desktops, their logs in {self.workdir}"
+        leases.expected = self.replicas
         await self._poller.start(leases)
         ready = asyncio.ensure_future(leases.wait_ready(self.replicas, self.start_timeout))
         exited = asyncio.ensure_future(self._first_exit())
@@ -130,12 +132,9 @@ class LocalSource:
             )
         try:
             ready.result()
-        except TimeoutError:
+        except TimeoutError as err:  # wait_ready's message: how long, how many of how many
             await self.stop()
-            raise TimeoutError(
-                f"local sandboxes not ready after {self.start_timeout:.0f}s; "
-                f"see the logs in {self.workdir}"
-            ) from None
+            raise TimeoutError(f"starting local desktops: {err}") from None
 
     async def _first_exit(self) -> LocalSandbox:
         """The first launcher to exit (polled: a Popen gives no awaitable exit)."""

@@ -58,6 +58,8 @@ class StaticSource:
         self._poller = ReadinessPoller(urls, interval)
 
     async def start(self, leases: SandboxLeases) -> None:
+        leases.where = "the episode servers at spec.sandboxes.urls, polled at /readyz"
+        leases.expected = len(self._poller.urls)
         await self._poller.start(leases)
 
     async def stop(self) -> None:
