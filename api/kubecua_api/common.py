@@ -26,17 +26,20 @@ def defaulted(model: type[M], description: str) -> Any:
     return Field(default_factory=model, description=description, json_schema_extra={"default": {}})
 
 
-# A Kubernetes quantity (e.g. 500m, 2Gi or 4): the API server's int-or-string with its pattern.
+# A Kubernetes quantity (e.g. 500m, 2Gi or 4): the API server's int-or-string with its pattern,
+# never negative (the Pod API refuses a negative request or limit, a pod at a time: issue 42).
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]"
     r"|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 Quantity = Annotated[
-    int | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY_PATTERN)],
+    Annotated[int, Field(ge=0)]
+    | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY_PATTERN)],
     WithJsonSchema(
         {
             "x-kubernetes-int-or-string": True,
             "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "minimum": 0,
             "maxLength": 64,
             "pattern": QUANTITY_PATTERN,
         }

@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, WithJsonSchema
 
-from kubecua_api.common import ApiModel, Condition, Image, Quantity, conditions, defaulted
+from kubecua_api.common import (
+    LABEL_VALUE_PATTERN,
+    ApiModel,
+    Condition,
+    Image,
+    Quantity,
+    conditions,
+    defaulted,
+)
 from kubecua_api.liveview import LiveView
 
 # An external sandbox: http://host[:port][/], the port 1-65535.
@@ -21,9 +29,15 @@ ENDPOINT_PATTERN = (
     r"|655[0-2][0-9]|6553[0-5]))?/?$"
 )
 PORT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A label key as the Pod API checks it: [DNS subdomain/]name, the name at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+MEMORY_PATTERN = r"^[1-9][0-9]*(Mi|Gi)$"  # a guest needs some memory: 0Mi never boots
 Endpoint = Annotated[str, StringConstraints(max_length=2048, pattern=ENDPOINT_PATTERN)]
 Cidr = Annotated[str, StringConstraints(max_length=64)]
-LabelValue = Annotated[str, StringConstraints(max_length=63)]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 # A NetworkPolicy port: a number or a named port.
 PortOrName = Annotated[
     Annotated[int, Field(ge=1, le=65535)]
@@ -47,11 +61,12 @@ TOLERATION_SCHEMA: Any = {
     "x-kubernetes-preserve-unknown-fields": True,
     "maxProperties": 5,
     "properties": {
-        "key": {"type": "string", "maxLength": 317},
+        "key": {"type": "string", "maxLength": 317, "pattern": LABEL_KEY_PATTERN},
         "operator": {"type": "string", "enum": ["Exists", "Equal"]},
-        "value": {"type": "string", "maxLength": 63},
+        "value": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN},
         "effect": {"type": "string", "enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-        "tolerationSeconds": {"type": "integer"},
+        # A year: a NoExecute toleration longer than that is "forever" (omit it).
+        "tolerationSeconds": {"type": "integer", "minimum": 0, "maximum": 31536000},
     },
 }
 
@@ -113,7 +128,8 @@ class VmDesktop(ApiModel):
     cpu: int = Field(default=2, ge=1, le=64, description="Virtual CPUs.")
     memory: str = Field(
         default="2Gi",
-        pattern=r"^[0-9]+(Mi|Gi)$",
+        max_length=16,
+        pattern=MEMORY_PATTERN,
         description="Guest memory, e.g. 2Gi (OSWorld's image expects 4Gi). The pod's memory limit"
         " must cover it plus qemu's own.",
     )
@@ -138,7 +154,7 @@ class KubevirtDesktop(ApiModel):
     )
     cpu: int = Field(default=4, ge=1, le=128, description="Virtual CPUs.")
     memory: str = Field(
-        default="8Gi", pattern=r"^[0-9]+(Mi|Gi)$", description="Guest memory, e.g. 8Gi."
+        default="8Gi", max_length=16, pattern=MEMORY_PATTERN, description="Guest memory, e.g. 8Gi."
     )
     desktop_port: int = Field(
         default=5000,
@@ -163,7 +179,9 @@ class ExternalDesktop(ApiModel):
     endpoints: list[Endpoint] = Field(
         min_length=1,
         max_length=10000,
-        description="Episode-server URLs (http://host:port); the first `replicas` are used.",
+        description="Episode-server URLs (http://host:port); the first `replicas` are used. Each"
+        " at most once (two sandboxes on one desktop would share its episodes).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
 
 
@@ -203,6 +221,7 @@ class Reset(ApiModel):
     max_episodes_per_sandbox: int = Field(
         default=0,
         ge=0,
+        le=1_000_000,
         description="Replace a sandbox once it has served this many episodes; 0 never (an"
         " external pool: 0 only).",
     )
@@ -229,13 +248,13 @@ class IPBlock(ApiModel):
 
 
 class LabelSelectorRequirement(ApiModel):
-    key: Annotated[str, StringConstraints(max_length=317)]
+    key: Annotated[str, StringConstraints(max_length=317, pattern=LABEL_KEY_PATTERN)]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[LabelValue] | None = Field(default=None, max_length=64)
 
 
 class LabelSelector(ApiModel):
-    match_labels: dict[str, str] | None = None
+    match_labels: dict[str, LabelValue] | None = Field(default=None, max_length=32)
     match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, max_length=32)
 
 

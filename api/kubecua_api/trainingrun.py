@@ -50,8 +50,18 @@ from kubecua_api.warmup import WarmupGoalConfig, WarmupStatus, WarmupStopConfig
 
 HTTP_URL = r"^https?://"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-TaskId = Annotated[str, StringConstraints(max_length=256)]
+TaskId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 HttpUrl = Annotated[str, StringConstraints(max_length=2048, pattern=HTTP_URL)]
+# Upper bounds of counts (issue 42): each far above any real run, and each low enough that a typo
+# or an abusive spec cannot make the operator write thousands of pods or the trainer allocate
+# without end. A user who may create no pods still gets a Job of spec.trainer.nodes pods.
+MAX_NODES = 1024  # trainer pods: the largest GPU clusters train on a few thousand GPUs, 8-16 a node
+MAX_GPUS_PER_NODE = 16  # the largest GPU servers hold 8-16 accelerators
+MAX_SANDBOXES = 10000  # as a SandboxPool's spec.replicas
+MAX_STEPS = 1_000_000  # GRPO steps; a step takes seconds at the very least
+MAX_TASKS_PER_STEP = 1024  # groups per step; times groupSize (<= 64) episodes of one step
+MAX_NEW_TOKENS = 32768  # generated tokens per turn: the longest context of the supported models
+MAX_PIXELS = 7680 * 4320  # one 8K screenshot
 
 
 class ModelConfig(ApiModel):
@@ -115,6 +125,7 @@ class SandboxesConfig(ApiModel):
         json_schema_extra={
             "minItems": 1,
             "maxItems": 4096,
+            "x-kubernetes-list-type": "set",  # each desktop once: a second lease would be a 409
             "items": {"type": "string", "maxLength": 2048, "pattern": HTTP_URL},
         },
     )
@@ -123,7 +134,10 @@ class SandboxesConfig(ApiModel):
         description="Start N local desktops (local mode and make demo only; refused in a cluster).",
     )
     min_ready: int = Field(
-        default=1, ge=1, description="The run stays Pending until this many sandboxes are ready."
+        default=1,
+        ge=1,
+        le=MAX_SANDBOXES,
+        description="The run stays Pending until this many sandboxes are ready.",
     )
     capacity: PoolCapacity | None = Field(
         default=None,
@@ -172,7 +186,11 @@ class TasksConfig(ApiModel):
         " volume).",
     )
     ids: list[TaskId] | None = Field(
-        default=None, max_length=10000, description="Restrict to these task ids."
+        default=None,
+        min_length=1,
+        max_length=10000,
+        description="Restrict to these task ids; omit for every task (an empty list is refused:"
+        " it would mean every task, not none).",
     )
 
     @model_validator(mode="after")
@@ -226,7 +244,7 @@ class ReplayConfig(ApiModel):
     enabled: bool = Field(
         default=False, description="Inject stored successes into all-fail groups."
     )
-    max_per_task: int = Field(default=4, ge=1, description="Successes kept per task.")
+    max_per_task: int = Field(default=4, ge=1, le=1024, description="Successes kept per task.")
 
 
 class AlgorithmConfig(ApiModel):
@@ -236,7 +254,9 @@ class AlgorithmConfig(ApiModel):
         le=64,
         description="Episodes per task per step (the GRPO group size G).",
     )
-    tasks_per_step: int = Field(default=1, ge=1, description="Groups (tasks) per step.")
+    tasks_per_step: int = Field(
+        default=1, ge=1, le=MAX_TASKS_PER_STEP, description="Groups (tasks) per step."
+    )
     max_turns: int = Field(default=15, ge=1, le=100, description="Agent turns per episode.")
     learning_rate: float = Field(default=1e-6, gt=0, description="AdamW learning rate.")
     clip: ClipConfig = defaulted(
@@ -281,7 +301,9 @@ class AlgorithmConfig(ApiModel):
         description="Temperature schedule: linear from temperature at step 1 to this at the last"
         " step (Slime-OSWorld goes 0.8 to 0.5); unset keeps temperature.",
     )
-    max_new_tokens: int = Field(default=256, ge=1, description="Generated tokens per turn.")
+    max_new_tokens: int = Field(
+        default=256, ge=1, le=MAX_NEW_TOKENS, description="Generated tokens per turn."
+    )
     policy_loss: Literal["ppo", "gspo"] = Field(
         default="ppo",
         description="ppo: a ratio and clip per token; gspo: one length-normalised ratio per"
@@ -313,9 +335,12 @@ class RolloutConfig(ApiModel):
     replicas: int = Field(
         default=1,
         ge=1,
+        le=256,
         description="sglang servers the operator runs (engine sglang without sglangUrls).",
     )
-    gpus_per_replica: int = Field(default=1, ge=0, description="GPUs per sglang server.")
+    gpus_per_replica: int = Field(
+        default=1, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per sglang server."
+    )
     sglang_urls: list[HttpUrl] | None = Field(
         default=None,
         max_length=256,
@@ -323,13 +348,20 @@ class RolloutConfig(ApiModel):
         " spec.checkpoint.path at the same path as the trainer (each step's weights are loaded"
         " from there).",
     )
-    max_in_flight_episodes: int = Field(default=64, ge=1, description="Episodes run concurrently.")
-    episode_timeout_seconds: float = Field(
-        default=900, gt=0, description="Time limit of one episode."
+    max_in_flight_episodes: int = Field(
+        default=64, ge=1, le=MAX_SANDBOXES, description="Episodes run concurrently."
     )
-    max_pixels: int = Field(default=1003520, ge=784, description="Pixel cap per screenshot (w*h).")
+    episode_timeout_seconds: float = Field(
+        default=900, gt=0, le=86400, description="Time limit of one episode (at most a day)."
+    )
+    max_pixels: int = Field(
+        default=1003520, ge=784, le=MAX_PIXELS, description="Pixel cap per screenshot (w*h)."
+    )
     keep_screenshots: int = Field(
-        default=3, ge=1, description="The K most recent screenshots kept in the context."
+        default=3,
+        ge=1,
+        le=100,
+        description="The K most recent screenshots kept in the context (at most maxTurns matter).",
     )
     max_staleness: int = Field(
         default=0,
@@ -375,9 +407,12 @@ class TrainerResources(ApiModel):
 
 
 class TrainerConfig(ApiModel):
-    nodes: int = Field(default=1, ge=1, description="Trainer pods (torchrun nodes).")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, description="Trainer pods (torchrun nodes).")
     gpus_per_node: int = Field(
-        default=0, ge=0, description="GPUs per trainer pod; 0 trains on the CPU."
+        default=0,
+        ge=0,
+        le=MAX_GPUS_PER_NODE,
+        description="GPUs per trainer pod; 0 trains on the CPU.",
     )
     image: Image | None = Field(
         default=None,
@@ -419,6 +454,7 @@ class TrainerConfig(ApiModel):
     generating_processes: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_NODES * MAX_GPUS_PER_NODE,
         description="placement disaggregated: the processes that generate (the last ones; at"
         " least one must learn). Unset: chosen from the world size.",
     )
@@ -462,8 +498,10 @@ class CheckpointConfig(ApiModel):
         pattern=MOUNT_PATH_PATTERN,
         description="Checkpoint root directory (absolute; the trainer's and sglang's mount path).",
     )
-    every_steps: int = Field(default=10, ge=1, description="Save every N steps (and at the end).")
-    keep: int = Field(default=3, ge=1, description="Checkpoints kept.")
+    every_steps: int = Field(
+        default=10, ge=1, le=MAX_STEPS, description="Save every N steps (and at the end)."
+    )
+    keep: int = Field(default=3, ge=1, le=1000, description="Checkpoints kept.")
 
 
 class MetricsConfig(ApiModel):
@@ -478,6 +516,7 @@ class MetricsConfig(ApiModel):
 class KueueConfig(ApiModel):
     queue_name: str | None = Field(
         default=None,
+        min_length=1,  # "" would label the Job with no queue: Kueue would silently not manage it
         max_length=63,
         pattern=LABEL_VALUE_PATTERN,
         description="Sets the kueue.x-k8s.io/queue-name label on the trainer Job. Immutable"
@@ -493,6 +532,7 @@ class EvaluationConfig(ApiModel):
     every_steps: int = Field(
         default=0,
         ge=0,
+        le=MAX_STEPS,
         description="Evaluate every N steps; 0 evaluates only before the first step and after"
         " the last.",
     )
@@ -535,7 +575,9 @@ class WarmupConfig(ApiModel):
         le=1000,
         description="Passes over the demonstrations (with stopWhen: the most it runs).",
     )
-    batch_size: int = Field(default=8, ge=1, description="Demonstrations per optimizer step.")
+    batch_size: int = Field(
+        default=8, ge=1, le=4096, description="Demonstrations per optimizer step."
+    )
     learning_rate: float = Field(
         default=1e-5, gt=0, description="AdamW learning rate of the warm-up."
     )
@@ -592,6 +634,7 @@ class TrainingRunSpec(ApiModel):
     )
     steps: int = Field(
         ge=0,
+        le=MAX_STEPS,
         description="GRPO steps to run; 0 evaluates the model only (needs spec.evaluation).",
     )
     suspend: bool = Field(
@@ -602,11 +645,15 @@ class TrainingRunSpec(ApiModel):
     backoff_limit: int = Field(
         default=3,
         ge=0,
+        le=1000,
         description="Trainer pod failures tolerated before the run is Failed.",
     )
     metrics: MetricsConfig = defaulted(MetricsConfig, "Prometheus metrics of the trainer.")
     kueue: KueueConfig = defaulted(KueueConfig, "Kueue admission.")
-    seed: int = Field(default=0, description="Seed for sampling and task order.")
+    # 32 bits: a seed every library the trainer seeds accepts (numpy's legacy range included).
+    seed: int = Field(
+        default=0, ge=0, le=2**32 - 1, description="Seed for sampling and task order."
+    )
     cost: CostConfig = defaulted(
         CostConfig,
         "Prices for the cost figures in status.cost (none by default: seconds only).",

@@ -33,11 +33,15 @@ def events(kube, namespace: str, pool: str, reason: str) -> list[dict]:
 def test_sandboxes_the_api_refuses_make_the_pool_degraded_without_false_events(
     kube, operator, namespace
 ):
-    # Admission of the pool cannot see this: only the Pod's own validation refuses the key.
-    bad = {"pod": {"nodeSelector": {"not a label key!": "x"}}}
+    # Admission of the pool cannot see this: the namespace's LimitRange refuses each sandbox pod.
+    # (A nodeSelector key the Pod API rejects was the example here until the CRD refused it too.)
+    limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "small"},
+              "spec": {"limits": [{"type": "Container", "max": {"cpu": "1"}}]}}  # fmt: skip
+    kube.request("POST", f"/api/v1/namespaces/{namespace}/limitranges", limits)
+    bad = {"pod": {"resources": {"limits": {"cpu": "2"}}}}
     kube.create(pool_manifest("desks", namespace, 2, desktop=bad))
     cond = degraded(kube, namespace, "desks", "SandboxesRefused")
-    assert "spec.nodeSelector" in cond["message"]
+    assert "maximum cpu usage per Container is 1, but limit is 2" in cond["message"]
     assert kube.list("Pod", namespace, "kubecua.dev/pool=desks") == []
     reconciles = operator.reconciles("SandboxPool")
     wait_until(lambda: operator.reconciles("SandboxPool") >= reconciles + 3, 30, "3 more passes")
