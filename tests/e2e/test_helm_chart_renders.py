@@ -123,7 +123,8 @@ def test_admission_policies_guard_references_the_operators_writes_and_its_label(
     docs = render()
     policies = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
     names = ["references", "guard", "workloads", "owner-label", "endpoints", "identities"]
-    assert set(policies) == {f"kubecua-operator-{n}" for n in names}
+    # placement (issue 42) unless sandboxes.allowControlPlane: pools stay off the control plane.
+    assert set(policies) == {f"kubecua-operator-{n}" for n in [*names, "placement"]}
     operator = '"system:serviceaccount:kubecua-system:kubecua-operator"'
     guard = policies["kubecua-operator-guard"]["spec"]
     assert guard["matchConditions"][0]["expression"] == f"request.userInfo.username == {operator}"
