@@ -74,9 +74,13 @@ setup-addons: ## build Kueue, prometheus-operator and metrics-server from the Go
 
 setup: setup-apt setup-uv setup-go setup-addons $(SETUP_TARGETS) ## everything the suite needs
 
-lint: setup-uv $(LINT_TARGETS) lint-paths lint-locks ## ruff format check, ruff lint and mypy per component; named paths exist; one version of each library
+lint: setup-uv $(LINT_TARGETS) lint-paths lint-locks lint-apt-targets ## ruff format check, ruff lint and mypy per component; named paths exist; one version of each library; desktop-only targets install only the demo's packages
 
-.PHONY: lint-paths lint-locks
+.PHONY: lint-paths lint-locks lint-apt-targets
+lint-apt-targets: ## make demo and make bench-learning install only the demo's Debian packages (make -n)
+	python3 hack/check-apt-targets.py --self-test
+	python3 hack/check-apt-targets.py
+
 lint-locks: ## every uv.lock resolves a shared library to the same version
 	python3 hack/check-locks.py --self-test
 	python3 hack/check-locks.py
