@@ -15,7 +15,7 @@ import logging
 import kopf
 
 from kubecua_operator import main as _handlers  # noqa: F401  (registers the kopf handlers)
-from kubecua_operator import tokens
+from kubecua_operator import tokens, watches
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -32,6 +32,7 @@ def cli(argv: list[str] | None = None) -> int:
         tokens.key()  # refuse to start with no usable key rather than fail at the first pool
     except tokens.TokenKeyError as err:
         parser.error(str(err))
+    watches.install()  # before kopf starts a watcher: a failed watch starts again
     asyncio.run(
         kopf.operator(
             namespaces=args.namespace,

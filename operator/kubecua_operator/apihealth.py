@@ -41,6 +41,11 @@ class ApiHealth:
             self.failing_since = None
             self.epoch += 1
 
+    def resync(self) -> None:
+        """A watch is back after it was down (watches.py): what it missed meanwhile (a deletion,
+        a pool's new spec) is in no index, so every loop re-reads as after an outage."""
+        self.epoch += 1
+
     def failed(self) -> None:
         if self.failing_since is None:
             self.failing_since = time.monotonic()

@@ -15,7 +15,7 @@ import kopf
 
 from kubecua_api.sandboxpool import SandboxPoolSpec
 from kubecua_api.trainingrun import TrainingRunSpec
-from kubecua_operator import loops, metrics, names, wakeups
+from kubecua_operator import loops, metrics, names, wakeups, watches
 from kubecua_operator import settings as settings_mod
 from kubecua_operator.apihealth import HEALTH
 from kubecua_operator.parsed import parse_or_none
@@ -31,7 +31,6 @@ from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer
 G, V = names.GROUP, names.VERSION
 POOL, RUN = names.POOL_LABEL, names.RUN_LABEL
 IN_POOL: Any = {POOL: kopf.PRESENT}
-SANDBOX_SERVICE: Any = {POOL: kopf.PRESENT, names.COMPONENT_LABEL: "sandbox"}
 OUR_SLICES: Any = {POOL: kopf.PRESENT, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER}
 TRAINER_JOB: Any = {RUN: kopf.PRESENT, names.COMPONENT_LABEL: "trainer"}  # Jobs and their pods
 
@@ -65,12 +64,24 @@ async def api_reachable(**_: Any) -> float:
     return round(down, 1)
 
 
+@kopf.on.probe(id="watchesUp")
+async def watches_up(**_: Any) -> int:
+    """Liveness: fails while any watch stream is down (watches.py lists and watches it again
+    with a backoff; if it never comes back, the kubelet restarts the operator)."""
+    down = watches.probe_message()
+    if down:
+        raise kopf.PermanentError(down)
+    return len(watches.WATCHES.streams)
+
+
 @kopf.index("pods", labels=IN_POOL)
 async def sandbox_pods(**kw: Any) -> dict:
     return {(kw["namespace"], kw["labels"][POOL]): summarize_pod(dict(kw["body"]))}
 
 
-@kopf.index("services", labels=SANDBOX_SERVICE)
+# Every Service labelled for a pool, not only its sandboxes': one it did not make is a foreign
+# member, which the pool reports (trainers ignore it: trainer/kubecua_trainer/sources/kube.py).
+@kopf.index("services", labels=IN_POOL)
 async def sandbox_services(**kw: Any) -> dict:
     return {(kw["namespace"], kw["labels"][POOL]): summarize_object("Service", dict(kw["body"]))}
 
@@ -82,7 +93,7 @@ async def sandbox_slices(**kw: Any) -> dict:
 
 
 @kopf.on.event("pods", labels=IN_POOL)
-@kopf.on.event("services", labels=SANDBOX_SERVICE)
+@kopf.on.event("services", labels=IN_POOL)
 @kopf.on.event("discovery.k8s.io", "v1", "endpointslices", labels=OUR_SLICES)
 async def wake_pool(**kw: Any) -> None:
     key = (kw["namespace"], kw["labels"][POOL])
@@ -123,7 +134,7 @@ async def pool_readiness(**kw: Any) -> dict | None:
     if pool is None:
         return None
     secret = backends.get(pool.spec.backend).token_secret(pool.name, pool.uid)
-    return {(pool.namespace, pool.name): bound_pool(dict(kw["status"]), secret)}
+    return {(pool.namespace, pool.name): bound_pool(dict(kw["status"]), secret, pool.uid)}
 
 
 @kopf.index(G, V, "trainingruns")

@@ -30,6 +30,16 @@ POOL_SANDBOXES = Gauge(
     "Sandboxes of a pool by state (pending, ready, leased, failed, terminating).",
     ["namespace", "pool", "state"],
 )
+WATCH_UP = Gauge(
+    "kubecua_operator_watch_up",
+    "1 while a watch stream of the operator is listed and watching, 0 while it is down.",
+    ["watch"],
+)
+WATCH_RESTARTS = Counter(
+    "kubecua_operator_watch_restarts_total",
+    "Watch streams that failed and were started again (list, then watch), by stream.",
+    ["watch"],
+)
 SANDBOX_STATES = ("pending", "ready", "leased", "failed", "terminating")
 
 

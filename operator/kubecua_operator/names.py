@@ -8,14 +8,21 @@ from __future__ import annotations
 
 # The API's names (group, version, the labels and Secret type the trainer and the chart also
 # use) come from the API package; the `X as X` ones are re-exported for the operator's modules.
-from kubecua_api.constants import GROUP, POOL_LABEL, RUN_LABEL, SANDBOX_LABEL
+from kubecua_api.constants import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    OPERATOR_MANAGER,
+    POOL_LABEL,
+    RUN_LABEL,
+    SANDBOX_LABEL,
+)
 from kubecua_api.constants import ROLE_LABEL as ROLE_LABEL
 from kubecua_api.constants import TOKEN_KEY as TOKEN_KEY
 from kubecua_api.constants import TOKEN_SECRET_TYPE as TOKEN_SECRET_TYPE
 from kubecua_api.constants import VERSION as VERSION
 
 COMPONENT_LABEL = "app.kubernetes.io/component"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "kubecua-operator"}
+MANAGED_BY = {MANAGED_BY_LABEL: OPERATOR_MANAGER}
 OPERATOR_POD_LABEL = {"app.kubernetes.io/name": "kubecua-operator"}
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a trainer's pods: the uid of their run, whose controller reference the admission guard

@@ -26,6 +26,7 @@ from kubecua_operator.k8s import Kube, controller_uid
 
 Obj = dict[str, Any]
 NOT_OWNED, REFUSED = "ChildNotOwned", "ChildRefused"  # Issue reasons (Degraded conditions)
+FOREIGN_MEMBERS = "ForeignMembers"  # Services labelled for a pool that it did not make
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     api_grace_seconds: float = Field(
         30.0, gt=0, description="Liveness fails after the API is unreachable this long."
     )
+    watch_timeout_seconds: int = Field(
+        300, gt=0, description="Each watch request ends after this long and is made again."
+    )
+    watch_backoff_max_seconds: float = Field(
+        10.0, gt=0, description="Longest wait before a failed watch lists and watches again."
+    )
     event_interval_seconds: float = Field(
         300.0, ge=0, description="The same Event about one object at most this often."
     )
@@ -73,7 +79,9 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     # At most 5 s between attempts: a broken watch resumes within 5 s of the API answering again
     # (it was 30 s, and the pools' view of their children lagged the world as long).
     settings.networking.error_backoffs = [1, 2, 3, 5, 5]
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # A failed watch is started again by watches.py, for as long as the operator runs.
+    cfg = get()
+    settings.watching.server_timeout = cfg.watch_timeout_seconds
+    settings.watching.client_timeout = cfg.watch_timeout_seconds + 30
     settings.posting.level = logging.WARNING  # our own Events; kopf's per-handler ones are noise
     settings.execution.max_workers = 32

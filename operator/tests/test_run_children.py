@@ -68,7 +68,8 @@ def test_trainer_job_ignores_checkpointed_stops_and_disruptions_and_counts_other
 def test_role_grants_discovery_and_own_status_only_and_no_secret():
     rules = children.build_role(RUN)["rules"]
     by_resource = {tuple(r["resources"]): r for r in rules}
-    assert by_resource[("endpointslices",)]["verbs"] == ["get", "list", "watch"]
+    assert by_resource[("endpointslices",)]["verbs"] == ["list", "watch"]
+    assert by_resource[("services",)]["verbs"] == ["get", "list"]  # tells own Services (issue 42)
     assert ("secrets",) not in by_resource  # the token is a mounted file
     assert by_resource[("trainingruns/status",)] == {
         "apiGroups": ["kubecua.dev"],

@@ -37,6 +37,9 @@ def test_trainer_reads_no_secret_and_patches_only_its_own_status(
         ("get", "configmap/qwen-config"),
         ("get", "configmap/osworld"),  # spec.tasks.configMapRef
         ("list", "endpointslices.discovery.k8s.io"),
+        ("watch", "endpointslices.discovery.k8s.io"),
+        ("list", "services"),  # the pool's own Services, told from others' (issue 42)
+        ("get", "services"),
     ]
     no = [
         ("get", "secret/desks-sandbox-token"),
@@ -48,6 +51,8 @@ def test_trainer_reads_no_secret_and_patches_only_its_own_status(
         ("patch", "trainingruns.kubecua.dev/qwen"),  # the spec is the user's
         ("patch", "trainingruns.kubecua.dev/other", "--subresource=status"),
         ("create", "pods"),
+        ("watch", "services"),  # least privilege: discovery never watches Services
+        ("get", "endpointslices.discovery.k8s.io"),
     ]
     assert [w for w in yes if not allowed(cluster, namespace, *w)] == []
     assert [w for w in no if allowed(cluster, namespace, *w)] == []

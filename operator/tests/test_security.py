@@ -119,10 +119,10 @@ def allowed(cluster: Any, who: str, verb: str, resource: str, namespace: str) ->
     return proc.returncode == 0
 
 
-def sa_kubeconfig(cluster: Any, path: Path) -> Path:
+def sa_kubeconfig(cluster: Any, path: Path, release: str = RELEASE, namespace: str = OP_NS) -> Path:
     """A kubeconfig that authenticates as the chart's ServiceAccount (a bound token)."""
     token = cluster.kubectl(
-        "create", "token", f"{RELEASE}-kubecua-operator", "-n", OP_NS, "--duration=1h"
+        "create", "token", f"{release}-kubecua-operator", "-n", namespace, "--duration=1h"
     ).stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     ctx = admin["contexts"][0]["context"]

@@ -14,6 +14,7 @@ from kubernetes import client
 from kubecua_testkit.tools import cache_dir
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "kubecua.dev_trainingruns.yaml"
+POOL_CRD = CRD.with_name("kubecua.dev_sandboxpools.yaml")
 
 BINARIES = (
     "etcd",
@@ -34,12 +35,12 @@ def require_control_plane() -> None:
         )
 
 
-def install_trainingrun_crd(cluster: Any) -> Any:
-    """Create (or replace with this tree's) the TrainingRun CRD, wait until it is Established,
-    and return the cluster's API client."""
+def install_trainingrun_crd(cluster: Any, crd: Path = CRD) -> Any:
+    """Create (or replace with this tree's) the TrainingRun CRD (or `crd`), wait until it is
+    Established, and return the cluster's API client."""
     api_client = cluster.api_client()
     ext = client.ApiextensionsV1Api(api_client)
-    body = yaml.safe_load(CRD.read_text())
+    body = yaml.safe_load(crd.read_text())
     try:
         ext.create_custom_resource_definition(body)
     except client.ApiException as err:

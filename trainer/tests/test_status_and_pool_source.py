@@ -1,5 +1,6 @@
 """Against the real local control plane: the status patch of a TrainingRun, and the pool source
-that watches a SandboxPool's EndpointSlices by label with live readiness.
+that watches a SandboxPool's EndpointSlices by label with live readiness, taking only those of
+Services the operator made for the pool (issue 42: a label is no proof).
 
 The `cluster` and `namespace` fixtures come from kubecua_testkit (conftest.py registers it)."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from control_plane import install_trainingrun_crd, require_control_plane
+from control_plane import POOL_CRD, install_trainingrun_crd, require_control_plane
 from kubernetes import client
 
 from kubecua_trainer.config import load_from_cluster
@@ -28,6 +29,7 @@ require_control_plane()
 
 @pytest.fixture(scope="module")
 def api(cluster):
+    install_trainingrun_crd(cluster, POOL_CRD)
     return install_trainingrun_crd(cluster)
 
 
@@ -101,10 +103,21 @@ def test_status_patch_failure_is_not_fatal(api, namespace) -> None:
     assert patcher.patch(build_status(1, 5, 0.0, 0.0, None)) is False
 
 
-def endpoint_slice(name: str, pool: str, ips: dict[str, bool]) -> client.V1EndpointSlice:
+def endpoint_slice(
+    name: str, pool: str, ips: dict[str, bool], owner: client.V1Service | None = None
+) -> client.V1EndpointSlice:
+    """A slice of Service `name` (controlled by `owner`, as the EndpointSlice controller makes
+    them; it copies the Service's labels, so the pool's label too)."""
+    refs = None
+    if owner is not None:
+        meta = owner.metadata
+        refs = [client.V1OwnerReference(api_version="v1", kind="Service", controller=True,
+                                        name=meta.name, uid=meta.uid)]  # fmt: skip
     return client.V1EndpointSlice(
         metadata=client.V1ObjectMeta(
-            name=name, labels={"kubecua.dev/pool": pool, "kubernetes.io/service-name": name}
+            name=name,
+            labels={"kubecua.dev/pool": pool, "kubernetes.io/service-name": name},
+            owner_references=refs,
         ),
         address_type="IPv4",
         ports=[client.DiscoveryV1EndpointPort(name="episodes", port=8000, protocol="TCP")],
@@ -113,6 +126,38 @@ def endpoint_slice(name: str, pool: str, ips: dict[str, bool]) -> client.V1Endpo
             for ip, ok in ips.items()
         ],
     )
+
+
+def sandbox_pool(api, namespace: str, name: str) -> dict:
+    custom = client.CustomObjectsApi(api)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SandboxPool",
+            "metadata": {"name": name}, "spec": {"replicas": 0, "backend": "pod"}}  # fmt: skip
+    return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sandboxpools", body)
+
+
+def service(
+    api, namespace: str, name: str, labels: dict[str, str], pool: dict | None = None
+) -> client.V1Service:
+    """A selectorless Service (its slices are the test's), controlled by `pool` if given."""
+    refs = None
+    if pool is not None:
+        meta = pool["metadata"]
+        refs = [client.V1OwnerReference(api_version=f"{GROUP}/{VERSION}", kind="SandboxPool",
+                                        name=meta["name"], uid=meta["uid"],
+                                        controller=True)]  # fmt: skip
+    body = client.V1Service(
+        metadata=client.V1ObjectMeta(name=name, labels=labels, owner_references=refs),
+        spec=client.V1ServiceSpec(cluster_ip="None", ports=[client.V1ServicePort(port=8000)]),
+    )
+    return client.CoreV1Api(api).create_namespaced_service(namespace, body)
+
+
+def operator_labels(pool: str, sandbox: str) -> dict[str, str]:
+    """What the operator labels a sandbox's Service with (operator/kubecua_operator/names.py);
+    the chart's owner-label policy lets nobody else set the managed-by mark."""
+    return {"kubecua.dev/pool": pool, "kubecua.dev/sandbox": sandbox,
+            "app.kubernetes.io/component": "sandbox",
+            "app.kubernetes.io/managed-by": "kubecua-operator"}  # fmt: skip
 
 
 async def _until(cond, within: float = 20.0) -> None:
@@ -127,17 +172,25 @@ async def _until(cond, within: float = 20.0) -> None:
 @pytest.mark.asyncio
 async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> None:
     disc = client.DiscoveryV1Api(api)
+    pool = sandbox_pool(api, namespace, "desktops")
+    elsewhere = sandbox_pool(api, namespace, "elsewhere")
+    owned = {
+        n: service(api, namespace, n, operator_labels("desktops", n), pool)
+        for n in ("sb-0", "sb-1")
+    }
     disc.create_namespaced_endpoint_slice(
-        namespace, endpoint_slice("sb-0", "desktops", {"10.0.0.1": True})
+        namespace, endpoint_slice("sb-0", "desktops", {"10.0.0.1": True}, owned["sb-0"])
     )
     disc.create_namespaced_endpoint_slice(
-        namespace, endpoint_slice("sb-1", "desktops", {"10.0.0.2": False})
+        namespace, endpoint_slice("sb-1", "desktops", {"10.0.0.2": False}, owned["sb-1"])
     )
+    other = service(api, namespace, "other", operator_labels("elsewhere", "other"), elsewhere)
     disc.create_namespaced_endpoint_slice(
-        namespace, endpoint_slice("other", "elsewhere", {"10.0.0.9": True})
+        namespace, endpoint_slice("other", "elsewhere", {"10.0.0.9": True}, other)
     )
     leases = SandboxLeases()
-    source = PoolSource("desktops", namespace, token="t", api_client=api)
+    uid = pool["metadata"]["uid"]
+    source = PoolSource("desktops", namespace, token="t", api_client=api, pool_uid=uid)
     await source.start(leases)
     try:
         assert leases.ready == ["http://10.0.0.1:8000"]
@@ -149,5 +202,58 @@ async def test_pool_source_follows_endpointslice_readiness(api, namespace) -> No
         assert leases.names == {"http://10.0.0.1:8000": "sb-0", "http://10.0.0.2:8000": "sb-1"}
         disc.delete_namespaced_endpoint_slice("sb-0", namespace)
         await _until(lambda: leases.ready == ["http://10.0.0.2:8000"])
+    finally:
+        await source.stop()
+
+
+@pytest.mark.asyncio
+async def test_pool_source_takes_no_service_the_operator_did_not_make(api, namespace) -> None:
+    """Issue 42's attack: Services labelled for the pool by someone else, one plain, one with the
+    operator's labels and a controller reference to another pool, one marked but owned by
+    nobody. Their slices are never published; the pool's own sandbox is."""
+    disc = client.DiscoveryV1Api(api)
+    pool = sandbox_pool(api, namespace, "desks")
+    decoy = sandbox_pool(api, namespace, "decoy")
+    own = service(api, namespace, "desks-0", operator_labels("desks", "desks-0"), pool)
+    attack = {
+        "evil": service(api, namespace, "evil", {"kubecua.dev/pool": "desks"}),
+        "desks-7": service(api, namespace, "desks-7", operator_labels("desks", "desks-7"), decoy),
+        "orphan": service(api, namespace, "orphan", operator_labels("desks", "orphan")),
+    }
+    leases = SandboxLeases()
+    source = PoolSource("desks", namespace, token="t", api_client=api,
+                        pool_uid=pool["metadata"]["uid"])  # fmt: skip
+    await source.start(leases)
+    try:
+        for i, (name, svc) in enumerate(attack.items()):
+            disc.create_namespaced_endpoint_slice(
+                namespace, endpoint_slice(name, "desks", {f"10.9.9.{i}": True}, svc)
+            )
+        disc.create_namespaced_endpoint_slice(
+            namespace, endpoint_slice("desks-0", "desks", {"10.0.0.1": True}, own)
+        )
+        # The own slice was created last: once it is published, every foreign one was judged.
+        await _until(lambda: leases.ready == ["http://10.0.0.1:8000"])
+        await _until(lambda: set(source.foreign) == set(attack))
+        assert source.foreign == {
+            "evil": "its Service evil is not marked app.kubernetes.io/managed-by=kubecua-operator",
+            "desks-7": f"its Service desks-7 is not controlled by SandboxPool desks "
+            f"(uid {pool['metadata']['uid']})",
+            "orphan": f"its Service orphan is not controlled by SandboxPool desks "
+            f"(uid {pool['metadata']['uid']})",
+        }
+        # A slice claiming an own Service's name but controlled by another Service is refused.
+        disc.create_namespaced_endpoint_slice(
+            namespace, endpoint_slice("desks-0-x", "desks", {"10.9.9.9": True}, attack["evil"])
+        )
+        disc.patch_namespaced_endpoint_slice(
+            "desks-0-x", namespace,
+            {"metadata": {"labels": {"kubernetes.io/service-name": "desks-0"}}},
+        )  # fmt: skip
+        await _until(lambda: "desks-0-x" in source.foreign)
+        assert source.foreign["desks-0-x"] == (
+            "it is not controlled by Service desks-0 nor by the pool"
+        )
+        assert leases.ready == ["http://10.0.0.1:8000"]
     finally:
         await source.stop()

@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from kubecua_operator import statuswrite
-from kubecua_operator.ownership import NOT_OWNED, Issue, api_message
+from kubecua_operator.ownership import FOREIGN_MEMBERS, NOT_OWNED, Issue, api_message
 from kubecua_operator.sandboxpool import plan
 from kubecua_operator.sandboxpool.model import FAILED, READY, TERMINATING, Probe, Sandbox
 from kubecua_operator.settings import Settings
@@ -44,6 +44,7 @@ class PoolMemory:
     written: statuswrite.Written = ("", "")  # resourceVersions around the last status write
     shared_issues: list[Issue] = field(default_factory=list)  # shared children not written
     foreign_services: dict[int, str] = field(default_factory=dict)  # index -> whose Service
+    foreign_members: list[str] = field(default_factory=list)  # Services others labelled for it
 
 
 def track_failures(sandboxes: list[Sandbox], memory: PoolMemory, cfg: Settings) -> bool:
@@ -103,7 +104,22 @@ def pool_issue(memory: PoolMemory) -> tuple[str, str] | None:
     if memory.issue:
         return memory.issue
     services = [Issue(NOT_OWNED, m) for _i, m in sorted(memory.foreign_services.items())]
-    found = [*memory.shared_issues, *services]
+    members = [members_issue(memory.foreign_members)] if memory.foreign_members else []
+    found = [*members, *memory.shared_issues, *services]
     if not found:
         return None
     return found[0].reason, "; ".join(i.message for i in found)[:1024]
+
+
+def members_issue(services: list[str], pool: str = "") -> Issue:
+    """The foreign members' Issue (first among a pool's: they are after its bearer token).
+
+    >>> members_issue(["evil", "x"]).message  # doctest: +ELLIPSIS
+    'Services labelled kubecua.dev/pool for this pool that the operator did not make: evil, x; ...'
+    """
+    shown = ", ".join(services[:10]) + (f" and {len(services) - 10} more" if services[10:] else "")
+    return Issue(
+        FOREIGN_MEMBERS,
+        f"Services labelled kubecua.dev/pool for this pool that the operator did not make: "
+        f"{shown}; trainers send them no episodes (remove the label, or the Service)",
+    )

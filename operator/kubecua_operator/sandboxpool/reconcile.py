@@ -21,6 +21,7 @@ from kubecua_operator.sandboxpool import backends, plan, prober, status
 from kubecua_operator.sandboxpool.memory import (
     PoolMemory,
     mark_deleted,
+    members_issue,
     outcome,
     pool_issue,
     track_failures,
@@ -34,7 +35,12 @@ from kubecua_operator.sandboxpool.model import (
     Summary,
     parse_pool,
 )
-from kubecua_operator.sandboxpool.view import current_body, not_installed, observed_children
+from kubecua_operator.sandboxpool.view import (
+    current_body,
+    foreign_members,
+    not_installed,
+    observed_children,
+)
 from kubecua_operator.sandboxpool.writes import (
     ensure_shared,
     repair_jobs,
@@ -71,6 +77,7 @@ async def reconcile_pool(
         return
     await ensure_shared(api, pool, backend, memory)
     kids = await observed_children(api, body, indexed, memory)
+    memory.foreign_members = foreign_members(indexed, pool.uid, memory.ghosts)
     missing = await not_installed(api, backend, memory)
     if missing:
         await write_status(api, body, status.compute_status(
@@ -113,7 +120,7 @@ async def reconcile_pool(
         pool.namespace, pool.name, status.count_states(sandboxes, step.leased)
     )
     await write_status(api, body, new_status, memory)
-    await announce(api, body, created, step)
+    await announce(api, body, created, step, memory.foreign_members)
 
 
 async def report_deletion(
@@ -192,7 +199,12 @@ async def write_status(api: Kube, body: Obj, new: Obj, memory: PoolMemory) -> No
         await call(events.post, api, body, cond["reason"], cond["message"], warn)
 
 
-async def announce(api: Kube, body: Obj, created: int, step: plan.Plan) -> None:
+async def announce(
+    api: Kube, body: Obj, created: int, step: plan.Plan, foreign: list[str] | None = None
+) -> None:
+    if foreign:  # also while Degraded stays True for another reason (events.post dedupes)
+        issue = members_issue(foreign)
+        await call(events.post, api, body, issue.reason, issue.message, True)
     if created:
         await call(events.post, api, body, "SandboxesCreated", f"created {created} sandboxes")
     by_reason: dict[str, int] = {}

@@ -43,7 +43,7 @@ async def list_children(api: Kube, body: Obj) -> list[Summary]:
     ns, selector = meta["namespace"], f"{names.POOL_LABEL}={meta['name']}"
     pods, services, slices = await asyncio.gather(
         call(api.list, "Pod", ns, selector),
-        call(api.list, "Service", ns, f"{selector},{names.COMPONENT_LABEL}=sandbox"),
+        call(api.list, "Service", ns, selector),  # foreign members too, as the index holds them
         call(api.list, "EndpointSlice", ns, f"{selector},{SLICE_SELECTOR}"),
     )
     return (
@@ -97,6 +97,21 @@ async def observed_children(
             memory.verified_epoch, memory.verified_at = epoch, now
         return view.children
     return [s for s in indexed if s.owner == uid and s.uid not in memory.ghosts]
+
+
+def foreign_members(indexed: list[Summary], owner: str, ghosts: set[str]) -> list[str]:
+    """The Services labelled for the pool that it does not control (issue 42, item 2): made by
+    someone else to join the pool's discovery. Trainers never use them; the pool names them.
+
+    >>> own = Summary("Service", "desks-0", "u1", "desks-0", owner="pool")
+    >>> evil = Summary("Service", "evil", "u2", "", owner="")
+    >>> foreign_members([own, evil], "pool", set()), foreign_members([own, evil], "pool", {"u2"})
+    (['evil'], [])
+    """
+    return sorted({
+        s.name for s in indexed
+        if s.kind == "Service" and s.owner != owner and s.uid not in ghosts and not s.deleting
+    })  # fmt: skip
 
 
 @dataclass

@@ -85,10 +85,12 @@ def build_role(run: Run) -> Obj:
     for tasks in (spec.tasks, *held_out):
         if tasks.config_map_ref and tasks.config_map_ref not in configs:
             configs.append(tasks.config_map_ref)
+    # Discovery (trainer/kubecua_trainer/sources/kube.py): the pool's EndpointSlices, listed and
+    # watched; their Services, listed and read to tell the operator's from others' (issue 42).
     rules: list[Obj] = [
-        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list"]},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-         "verbs": ["get", "list", "watch"]},
+         "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": configs,
          "verbs": ["get"]},
         {"apiGroups": [names.GROUP], "resources": ["trainingruns"], "resourceNames": [name],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubecua_api.constants import POOL_UID_ENV
 from kubecua_api.trainingrun import TrainerConfig, TrainerResources
 from kubecua_operator import names
 from kubecua_operator.settings import Settings
@@ -65,7 +66,7 @@ def processes_per_node(trainer: TrainerConfig) -> int:
     return max(1, trainer.gpus_per_node)  # one per GPU; one on the CPU
 
 
-def trainer_env(run: Run, pool_token: str | None = None) -> list[Obj]:
+def trainer_env(run: Run, pool_token: str | None = None, pool_uid: str = "") -> list[Obj]:
     spec = run.spec
     child = names.run_child(run.name, "trainer")
     master = f"{child}-0.{child}"
@@ -84,6 +85,8 @@ def trainer_env(run: Run, pool_token: str | None = None) -> list[Obj]:
     ]
     if token_secret_name(spec, pool_token):
         env.append({"name": "KUBECUA_SANDBOX_TOKEN_FILE", "value": f"{names.TOKEN_MOUNT}/token"})
+    if pool_uid:  # the trainer trusts only Services this pool controls (sources/kube.py)
+        env.append({"name": POOL_UID_ENV, "value": pool_uid})
     if runs_sglang(spec):
         url = f"http://{names.run_child(run.name, 'sglang')}:{SGLANG_PORT}"
         env.append({"name": "KUBECUA_SGLANG_URLS", "value": url})
@@ -143,9 +146,12 @@ def pod_labels(run: Run) -> dict[str, str]:
     return labels
 
 
-def build_job(run: Run, settings: Settings, suspend: bool, pool_token: str | None = None) -> Obj:
+def build_job(
+    run: Run, settings: Settings, suspend: bool, pool_token: str | None = None, pool_uid: str = ""
+) -> Obj:
     """`pool_token`: the bound pool's token Secret (main.pool_readiness), mounted unless
-    spec.sandboxes.tokenSecretRef names another."""
+    spec.sandboxes.tokenSecretRef names another; `pool_uid`: the pool's uid, in the trainer's
+    environment."""
     spec = run.spec
     nodes = spec.trainer.nodes
     child = names.run_child(run.name, "trainer")
@@ -155,7 +161,7 @@ def build_job(run: Run, settings: Settings, suspend: bool, pool_token: str | Non
         "name": TRAINER_CONTAINER,
         "image": spec.trainer.image or settings.trainer_image,
         "command": trainer_command(spec.trainer),
-        "env": trainer_env(run, pool_token),
+        "env": trainer_env(run, pool_token, pool_uid),
         "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
         + ([{"name": "metrics", "containerPort": port}] if port else []),
         "resources": trainer_resources(spec.trainer),

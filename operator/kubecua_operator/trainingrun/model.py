@@ -35,14 +35,15 @@ class BoundPool(NamedTuple):
     ready: int  # status.readyReplicas
     token_secret: str  # the Secret holding the pool's token, mounted into the trainer
     demand_met: tuple[str, str, str] | None  # its DemandMet condition (status, reason, message)
+    uid: str = ""  # the pool's uid: its trainers trust only Services it controls (sources/kube.py)
 
 
-def bound_pool(pool_status: Obj, token_secret: str) -> BoundPool:
+def bound_pool(pool_status: Obj, token_secret: str, uid: str = "") -> BoundPool:
     """A pool's entry for its runs, from its status and its token Secret's name.
 
     >>> bound_pool({"readyReplicas": 2, "conditions": [{"type": "DemandMet", "status": "False",
     ...             "reason": "CappedByMaxReplicas", "message": "3 of 5"}]}, "desks-sandbox-token")
-    BoundPool(ready=2, token_secret='desks-sandbox-token', demand_met=('False', 'CappedByMaxReplicas', '3 of 5'))
+    BoundPool(ready=2, token_secret='desks-sandbox-token', demand_met=('False', 'CappedByMaxReplicas', '3 of 5'), uid='')
     """  # noqa: E501
     cond = conditions.find(pool_status.get("conditions") or [], conditions.DEMAND_MET)
     demand_met = None
@@ -52,4 +53,4 @@ def bound_pool(pool_status: Obj, token_secret: str) -> BoundPool:
             str(cond.get("reason", "")),
             str(cond.get("message", "")),
         )
-    return BoundPool(int(pool_status.get("readyReplicas") or 0), token_secret, demand_met)
+    return BoundPool(int(pool_status.get("readyReplicas") or 0), token_secret, demand_met, uid)

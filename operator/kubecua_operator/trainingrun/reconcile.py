@@ -110,6 +110,7 @@ def observe(
         pool_found=bound is not None,
         invalid=invalid_reason(spec),
         pool_token=bound.token_secret if bound else None,
+        pool_uid=bound.uid if bound else "",
         pods=pods,
         pool_demand=bound.demand_met if bound else None,
     )
@@ -145,7 +146,9 @@ async def drive_job(api: Kube, run: Run, seen: status.Observed) -> Issue | None:
         # account (the admission guard would refuse it; without the guard nothing would).
         ready = gate and not seen.invalid and not seen.issues
         if ready and old_phase not in TERMINAL and not (kueue and suspend):
-            body = job.build_job(run, settings_mod.get(), suspend or kueue, seen.pool_token)
+            body = job.build_job(
+                run, settings_mod.get(), suspend or kueue, seen.pool_token, seen.pool_uid
+            )
             return await call(create_owned, api, adopt(body, run.body), run.uid)
         return None
     if seen.job.complete:

@@ -101,6 +101,7 @@ class Observed:
     pool_found: bool = True
     invalid: str = ""  # a reason the run can never start in a cluster
     pool_token: str | None = None  # the bound pool's token Secret (main.pool_readiness)
+    pool_uid: str = ""  # the bound pool's uid, told to its trainers
     pods: tuple[TrainerPod, ...] = ()  # trainer pods of the Job
     pool_demand: tuple[str, str, str] | None = None  # the pool's DemandMet (status, reason, msg)
     admission: Admission | None = None  # Kueue's word on the Job's Workload (spec.kueue)

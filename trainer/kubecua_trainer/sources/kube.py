@@ -4,16 +4,41 @@ The kubernetes client is synchronous, so the list+watch runs in a thread and han
 set to the event loop with call_soon_threadsafe. An endpoint counts as ready when its `ready`
 condition is true (or unset, which the API defines as ready). The URL is
 http://<address>:<port named "episodes", else 8000>.
+
+A label is no proof (issue 42, item 2): anyone who may create a Service can label it
+kubecua.dev/pool=<pool>, the EndpointSlice controller copies the label onto its slice, and the
+trainer would send that Service's pods episodes carrying the pool's bearer token. So a slice
+counts only if its Service is one the operator made for this pool (`foreign_reason`): marked
+app.kubernetes.io/managed-by=kubecua-operator (the chart's owner-label admission policy lets no
+one else set it), labelled as the pool's sandbox of its own name, and controlled by the
+SandboxPool (by uid, when the operator told the trainer its pool's: $KUBECUA_POOL_UID); and only
+if the slice belongs to that Service (its controller: the Service, or the pool for an external
+sandbox's slice, which the operator writes). Other slices are logged once and never yielded; the
+pool reports their Services (its Degraded condition, reason ForeignMembers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import threading
 from typing import Any
 
-from kubecua_api.constants import POOL_LABEL, URL_ANNOTATION
+from kubecua_api.constants import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    OPERATOR_MANAGER,
+    POOL_LABEL,
+    POOL_UID_ENV,
+    SANDBOX_LABEL,
+    SANDBOXPOOL_KIND,
+    URL_ANNOTATION,
+)
 from kubecua_trainer.sources.leases import SandboxLeases
+
+log = logging.getLogger(__name__)
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # set on a Service's slices by the API
 
 EPISODE_PORT_NAME = "episodes"
 EPISODE_PORT = 8000
@@ -43,18 +68,81 @@ def slice_urls(endpoint_slice: Any) -> set[str]:
     return urls
 
 
+def controller(obj: Any) -> Any:
+    """The controlling owner reference of a client model object, or None."""
+    refs = obj.metadata.owner_references or []
+    return next((r for r in refs if r.controller), None)
+
+
+def foreign_reason(service: Any, pool: str, pool_uid: str) -> str:
+    """'' when a Service (V1Service) is one the operator made for `pool`, else why it is not.
+    `pool_uid` '' checks the owner by kind and name only (a trainer the operator did not start).
+
+    >>> from kubernetes import client
+    >>> def svc(labels, owner=None):
+    ...     refs = [owner] if owner else None
+    ...     meta = client.V1ObjectMeta(name="desks-0", labels=labels, owner_references=refs)
+    ...     return client.V1Service(metadata=meta)
+    >>> own = {"app.kubernetes.io/managed-by": "kubecua-operator", "kubecua.dev/pool": "desks",
+    ...        "kubecua.dev/sandbox": "desks-0"}
+    >>> ref = client.V1OwnerReference(api_version="kubecua.dev/v1alpha1", kind="SandboxPool",
+    ...                               name="desks", uid="u1", controller=True)
+    >>> foreign_reason(svc(own, ref), "desks", "u1"), foreign_reason(svc(own, ref), "desks", "")
+    ('', '')
+    >>> foreign_reason(svc({"kubecua.dev/pool": "desks"}), "desks", "u1")
+    'not marked app.kubernetes.io/managed-by=kubecua-operator'
+    >>> foreign_reason(svc(own, ref), "desks", "u2")
+    'not controlled by SandboxPool desks (uid u2)'
+    """
+    labels = service.metadata.labels or {}
+    if labels.get(MANAGED_BY_LABEL) != OPERATOR_MANAGER:
+        return f"not marked {MANAGED_BY_LABEL}={OPERATOR_MANAGER}"
+    if labels.get(POOL_LABEL) != pool or labels.get(SANDBOX_LABEL) != service.metadata.name:
+        return f"not labelled as a sandbox of pool {pool}"
+    ref = controller(service)
+    if (
+        ref is None
+        or ref.kind != SANDBOXPOOL_KIND
+        or not ref.api_version.startswith(f"{GROUP}/")
+        or ref.name != pool
+        or (pool_uid and ref.uid != pool_uid)
+    ):
+        return f"not controlled by SandboxPool {pool}" + (f" (uid {pool_uid})" if pool_uid else "")
+    return ""
+
+
+def slice_of(endpoint_slice: Any, service: Any, pool: str, pool_uid: str) -> bool:
+    """Whether a slice belongs to `service`: controlled by it (the EndpointSlice controller's
+    slices), or by the pool itself (the operator's slices of external sandboxes)."""
+    ref = controller(endpoint_slice)
+    if ref is None:
+        return False
+    if ref.kind == "Service":
+        return bool(ref.uid == service.metadata.uid)
+    by_pool = ref.kind == SANDBOXPOOL_KIND and ref.name == pool
+    return by_pool and (not pool_uid or ref.uid == pool_uid)
+
+
 class PoolSource:
     def __init__(
-        self, pool: str, namespace: str, token: str | None, api_client: Any = None
+        self,
+        pool: str,
+        namespace: str,
+        token: str | None,
+        api_client: Any = None,
+        pool_uid: str | None = None,
     ) -> None:
         self.pool = pool
         self.namespace = namespace
         self.token = token
+        self.pool_uid = os.environ.get(POOL_UID_ENV, "") if pool_uid is None else pool_uid
         self._api_client = api_client
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._slices: dict[str, set[str]] = {}
         self._names: dict[str, str] = {}  # url -> its sandbox (the slice's Service, its pod)
+        self._services: dict[str, Any] = {}  # Service name -> the Service as last read
+        self.foreign: dict[str, str] = {}  # slice name -> why it was ignored
 
     def _discovery_api(self) -> Any:
         from kubernetes import client
@@ -65,11 +153,16 @@ class PoolSource:
             load_kube_config()
         return client.DiscoveryV1Api(self._api_client)
 
+    def _core_api(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._api_client)
+
     async def start(self, leases: SandboxLeases) -> None:
         # for wait_ready's timeout; a pool scales: how many it will have is not ours to know
-        leases.where = f"SandboxPool {self.namespace}/{self.pool}, from its EndpointSlices"
         loop = asyncio.get_running_loop()
         api = self._discovery_api()
+        self._core = self._core_api()
 
         def publish() -> None:
             urls = sorted(set().union(*self._slices.values())) if self._slices else []
@@ -90,6 +183,10 @@ class PoolSource:
         selector = f"{POOL_LABEL}={self.pool}"
         while not self._stop.is_set():
             try:
+                services = self._core.list_namespaced_service(
+                    self.namespace, label_selector=selector
+                )
+                self._services = {s.metadata.name: s for s in services.items}
                 listed = api.list_namespaced_endpoint_slice(self.namespace, label_selector=selector)
                 self._slices = {s.metadata.name: self._urls(s) for s in listed.items}
                 publish()
@@ -105,6 +202,7 @@ class PoolSource:
                     obj = event["object"]
                     if event["type"] == "DELETED":
                         self._slices.pop(obj.metadata.name, None)
+                        self.foreign.pop(obj.metadata.name, None)
                     else:
                         self._slices[obj.metadata.name] = self._urls(obj)
                     publish()
@@ -117,13 +215,57 @@ class PoolSource:
                 self._stop.wait(2.0)
 
     def _urls(self, endpoint_slice: Any) -> set[str]:
-        """slice_urls, noting each URL's sandbox: the Service the slice belongs to, one per
-        sandbox and named as its pod (kubernetes.io/service-name, set by the API server)."""
+        """slice_urls of a slice of one of the pool's own Services (none of any other), noting
+        each URL's sandbox: the Service the slice belongs to, one per sandbox and named as its
+        pod (kubernetes.io/service-name, set by the API server)."""
+        why = self._foreign(endpoint_slice)
+        name = endpoint_slice.metadata.name
+        if why:
+            if self.foreign.get(name) != why:
+                log.warning("pool %s: EndpointSlice %s ignored: %s", self.pool, name, why)
+            self.foreign[name] = why
+            return set()
+        self.foreign.pop(name, None)
         urls = slice_urls(endpoint_slice)
-        service = (endpoint_slice.metadata.labels or {}).get("kubernetes.io/service-name")
+        service = (endpoint_slice.metadata.labels or {}).get(SERVICE_NAME_LABEL)
         if service:
             self._names.update(dict.fromkeys(urls, service))
         return urls
+
+    def _foreign(self, endpoint_slice: Any) -> str:
+        """'' when the slice is one of the pool's own Services', else why not. A Service not
+        seen yet, or seen with another uid than the slice's owner, is read again (a new
+        sandbox, or a name that was given up and taken)."""
+        name = (endpoint_slice.metadata.labels or {}).get(SERVICE_NAME_LABEL, "")
+        if not name:
+            return "no kubernetes.io/service-name label"
+        service = self._services.get(name)
+        ref = controller(endpoint_slice)
+        if service is None or (
+            ref is not None and ref.kind == "Service" and ref.uid != service.metadata.uid
+        ):
+            service = self._read_service(name)
+            if service is None:
+                return f"its Service {name} does not exist"
+        why = foreign_reason(service, self.pool, self.pool_uid)
+        if why:
+            return f"its Service {name} is {why}"
+        if not slice_of(endpoint_slice, service, self.pool, self.pool_uid):
+            return f"it is not controlled by Service {name} nor by the pool"
+        return ""
+
+    def _read_service(self, name: str) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            service = self._core.read_namespaced_service(name, self.namespace)
+        except ApiException as err:
+            if err.status == 404:
+                self._services.pop(name, None)
+                return None
+            raise
+        self._services[name] = service
+        return service
 
     async def stop(self) -> None:
         self._stop.set()
