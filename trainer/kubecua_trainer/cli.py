@@ -20,9 +20,10 @@ and a Job must not count the pod as succeeded; the next run resumes from that ch
 under torchrun's agent (kubecua_trainer.launch) exits 0 instead, since the agent counts any other
 code as a failed worker; the launcher itself then exits 143.
 `evaluate --help` lists its flags (evaluation/standalone.py).
-A run prints its seed first. Its log records go to <outputDir>/trainer.log; on the terminal
-they are left to the console's lines (one per warm-up epoch and per step) except warnings and
-errors, and with --no-progress (pods, benchmarks: no console) they go to stderr as well.
+A run prints its seed first. Its log records go to <outputDir>/trainer.log; on a local run's
+terminal they are left to the console's lines (one per warm-up epoch and per step) except
+warnings and errors, while with --no-progress (benchmarks: no console) and in a pod (kubectl logs
+is its log) they go to stderr as well.
 Exit codes: 0 all steps done, 143 stopped by SIGTERM before the last step, 2 invalid
 configuration, 1 any other failure, 130 interrupted (Ctrl-C).
 """
@@ -243,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     from kubecua_trainer.train import RunOptions, train
     from kubecua_trainer.warmup.goal import WarmupBelowGoal
 
-    with log_to_file(run_dirs(run.spec)[0], console=not args.no_progress) as log_file:
+    # A pod's log is what kubectl logs shows, so there the records stay on the terminal too.
+    in_cluster = bool(getattr(args, "trainingrun", None))
+    quiet = not args.no_progress and not in_cluster
+    with log_to_file(run_dirs(run.spec)[0], console=quiet) as log_file:
         if args.command == "run" and os.environ.get("RANK", "0") == "0":
             print(
                 f"run {run.name}: seed {run.spec.seed} (--seed N: the same recipe with another);"
@@ -252,7 +256,6 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         limit_cpu_threads()
-        in_cluster = bool(getattr(args, "trainingrun", None))
         opts = RunOptions(
             console=not args.no_progress,
             metrics_addr=getattr(args, "metrics_addr", None)

@@ -557,6 +557,8 @@ def per_seed(arms: dict[str, Any]) -> dict[str, Any]:
         "seed": g["seed"],
         "warmup_epochs": g["warmup_epochs"],
         "warmup_seconds": g["warmup_seconds"],
+        # spec.warmup.goal's measurement (warmup/goal.py): None in a warmup.json without one
+        "warmup_reply_match": (g.get("warmup_goal") or {}).get("reply_match"),
         "heldout_episodes": g["heldout_start"]["episodes"],
         "heldout_warmup": start,
         "heldout_grpo": end,

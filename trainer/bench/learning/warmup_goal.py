@@ -37,10 +37,12 @@ async def one_seed(args: argparse.Namespace, seed: int) -> None:
     while warm.epochs < args.epochs:
         warm.run(args.every)
         matched = replies = 0
+        t1 = time.monotonic()
         for demo in warm.demos:
             for sample in demo:
                 m, n = replies_reproduced(off.policy, sample)
                 matched, replies = matched + m, replies + n
+        measure_seconds = time.monotonic() - t1
         rows = await off.success(heldout)
         row = {
             "seed": seed,
@@ -48,6 +50,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> None:
             "reply_match": round(matched / max(1, replies), 4),
             "replies": replies,
             "heldout_greedy": round(sum(r[0] for r in rows) / len(rows), 4),
+            "measure_seconds": round(measure_seconds, 2),  # every demonstration, one thread
             "seconds": round(time.monotonic() - t0, 1),
         }
         print(json.dumps(row), flush=True)
