@@ -1,7 +1,9 @@
 """What spec.warmup.goal's measure reads on a family, offline: the share of demonstrated replies the
 greedy policy reproduces (warmup/goal.py) after each chunk of a warm-up, beside greedy held-out
-success, for a few seeds. It calibrates goal.replyMatchMin (kubecua_api/warmup.py): a warm-up
-whose held-out success stays near zero should read below it, one that reads the screen above.
+success and how often greedy presses the right first key on the held-out screens (does it read
+the colours? offline.py's first_keys), for a few seeds. It calibrates goal.replyMatchMin
+(api/kubecua_api/warmup.py): a warm-up that never learnt to read the screen should read below
+it, one that reads it above.
 The warm-up is bench/learning/offline.py's (the demonstrator's replies on drawn screens,
 Learner.supervised_step as spec.warmup does); prints one JSON line per measurement.
 
@@ -44,12 +46,16 @@ async def one_seed(args: argparse.Namespace, seed: int) -> None:
                 matched, replies = matched + m, replies + n
         measure_seconds = time.monotonic() - t1
         rows = await off.success(heldout)
+        keys = await off.first_keys(heldout, n=1)  # does greedy read the first square's colour?
+        tasks = sum(k["tasks"] for k in keys.values())
+        first_key = sum(k["greedy_right"] * k["tasks"] for k in keys.values()) / tasks
         row = {
             "seed": seed,
             "epochs": warm.epochs,
             "reply_match": round(matched / max(1, replies), 4),
             "replies": replies,
             "heldout_greedy": round(sum(r[0] for r in rows) / len(rows), 4),
+            "heldout_first_key_right": round(first_key, 4),
             "measure_seconds": round(measure_seconds, 2),  # every demonstration, one thread
             "seconds": round(time.monotonic() - t0, 1),
         }
