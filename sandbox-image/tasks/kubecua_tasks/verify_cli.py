@@ -9,6 +9,7 @@ import sys
 from kubecua_api.taskmanifest import VerifiedManifest
 from kubecua_sandbox_client import read_token
 from kubecua_tasks.desktops import local_desktops, pool_urls
+from kubecua_tasks.files import MANIFEST
 from kubecua_tasks.plugin import ParamError
 from kubecua_tasks.verify import load_folder, verify
 
@@ -38,7 +39,7 @@ def verify_command(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise ParamError(str(err)) from None
     manifest = asyncio.run(_run(args))
-    out = args.manifest or args.dir / "verified.json"
+    out = args.manifest or args.dir / MANIFEST
     out.write_text(manifest.model_dump_json(indent=2) + "\n")
     s = manifest.summary
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s.items()) if k != "usable")

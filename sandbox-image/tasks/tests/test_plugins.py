@@ -40,6 +40,7 @@ def test_check_names_a_changed_file_and_one_no_generator_writes(tmp_path: Path) 
     changed = tmp_path / "typeword/train/typeword-red-apple.json"
     changed.write_text(changed.read_text().replace("red apple", "red apples"))
     (tmp_path / "typeword/train/typeword-extra.json").write_text("{}")
+    (tmp_path / "typeword/verified.json").write_text("{}")  # a manifest is no stale task file
     files = discover()["typeword"].generate(discover()["typeword"].parse({}))
     assert stale(files, tmp_path) == [
         "typeword/train/typeword-extra.json",
