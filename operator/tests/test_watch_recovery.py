@@ -42,17 +42,19 @@ def chart_rbac(cluster: Any, crds: None) -> Iterator[str]:
     cluster.kubectl("delete", "namespace", OP_NS, "--wait=false", check=False)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def sa_operator(
-    cluster: Any, chart_rbac: str, operator: OperatorProcess, token_key: Path, tmp_path: Path
+    cluster: Any, chart_rbac: str, operator: OperatorProcess, token_key: Path, tmp_path_factory: Any
 ) -> Iterator[OperatorProcess]:
-    """The operator as the chart's account, watches renewed every 5 s (session one paused)."""
+    """The operator as the chart's account, watches renewed every 5 s (session one paused); one
+    process for both tests, each of which puts the RBAC back as the chart makes it."""
     operator.stop()
     env = {
         "KUBECUA_OPERATOR_TOKEN_KEY_FILE": str(token_key),
         "KUBECUA_OPERATOR_WATCH_TIMEOUT_SECONDS": "5",
         "KUBECUA_OPERATOR_WATCH_BACKOFF_MAX_SECONDS": "4",
     }
+    tmp_path = tmp_path_factory.mktemp("heal")
     kubeconfig = sa_kubeconfig(cluster, tmp_path / "sa.yaml", RELEASE, OP_NS)
     proc = OperatorProcess(kubeconfig, tmp_path / "op.log", env)
     try:
@@ -102,7 +104,9 @@ def test_a_revoked_binding_heals_without_a_restart(
     print(f"pool healed {healed:.1f}s after the binding came back")
 
 
-def test_a_watch_that_cannot_recover_fails_liveness(cluster, kube, sa_operator, namespace):
+def test_a_watch_that_cannot_recover_fails_liveness(
+    cluster, kube, chart_rbac, sa_operator, namespace
+):
     proc = sa_operator
     wait_until(lambda: watch_up(proc, JOBS) == 1, 30, "the Jobs watch up")
     role = json.loads(cluster.kubectl("get", "clusterrole", ROLE, "-o", "json").stdout)
@@ -118,3 +122,7 @@ def test_a_watch_that_cannot_recover_fails_liveness(cluster, kube, sa_operator, 
     kube.create(pool_manifest("still", namespace, 1))
     wait_pool(kube, namespace, "still", ready=1, total=1)
     assert not healthy(proc)
+
+    cluster.kubectl("apply", "-f", "-", input=chart_rbac)  # the grant back: the stream too
+    wait_until(lambda: watch_up(proc, JOBS) == 1, 30, "the Jobs watch back")
+    wait_until(lambda: healthy(proc), 30, "/healthz to recover")
