@@ -9,7 +9,8 @@ queued round by round, so a task's repeats usually run on different desktops. A 
 answers 409 (another client holds it: a pool shared with a trainer) or 503 right after a reset
 hands the episode back to the queue and waits a moment, as the trainer's leases do
 (trainer/kubecua_trainer/sources/leases.py). A desktop whose reset is not clean is retired:
-the episode server has quarantined it.
+the episode server has quarantined it; one that stops answering is retired too, and its
+episode goes back to the queue for another desktop.
 
 The verdicts, first match wins: setup-fails (an episode's setup failed), flaky (one solution
 passed on some repeats and not on others), reference-fails, noop-passes, wrong-passes, else
@@ -55,6 +56,11 @@ OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
 SETTLE = SettleOptions(min_seconds=0.2, max_seconds=4.0, stable_frames=2)
 BUSY_WAIT = 2.0
 MAX_REQUEUES = 150  # about five minutes of a busy pool per episode, then it is recorded failed
+
+
+class DesktopLost(Exception):
+    """The desktop stopped answering (no HTTP answer at all): its episode goes back to the queue
+    for another desktop and this one is retired, so a lost sandbox never becomes a verdict."""
 
 
 @dataclass
@@ -117,6 +123,8 @@ async def _play(sb: SandboxClient, url: str, job: Job, a11y: bool) -> EpisodeRec
     except SandboxUnavailable as err:
         if err.reason == "SandboxNotReady":
             return None
+        if err.status is None:
+            raise DesktopLost(str(err)) from err
         return EpisodeRecord(**rec, score=None, seconds=time.monotonic() - t0,
                              error=f"setup: {err}", setup_failed=True)  # fmt: skip
     except InvalidRequest as err:
@@ -131,12 +139,20 @@ async def _play(sb: SandboxClient, url: str, job: Job, a11y: bool) -> EpisodeRec
         for action in actions:
             await sb.step(eid, action["action"], action.get("action_space", "pyautogui"))
         score = (await sb.evaluate(eid)).score
+    except SandboxUnavailable as err:
+        if err.status is None:
+            raise DesktopLost(str(err)) from err
+        error = f"{type(err).__name__}: {err}"
     except SandboxError as err:
         error = f"{type(err).__name__}: {err}"
-    finally:
+    try:
         released = await sb.release(eid)
-        if not released.clean:
-            error = (error or "") + " reset not clean: desktop retired"
+    except SandboxUnavailable as err:
+        if err.status is None:
+            raise DesktopLost(str(err)) from err
+        raise
+    if not released.clean:
+        error = (error or "") + " reset not clean: desktop retired"
     return EpisodeRecord(**rec, score=score, seconds=time.monotonic() - t0, error=error)
 
 
@@ -182,12 +198,18 @@ async def verify(
                 queue.put_nowait(Job(t, s, attempt))
     done: dict[str, list[EpisodeRecord]] = {t.id: [] for t in tasks}
     t0 = time.monotonic()
+    lost: list[str] = []
 
     async def worker(url: str) -> None:
         async with SandboxClient(url, token, timeout=300) as sb:
             while not queue.empty():
                 job = queue.get_nowait()
-                rec = await _play(sb, url, job, a11y)
+                try:
+                    rec = await _play(sb, url, job, a11y)
+                except DesktopLost:
+                    queue.put_nowait(job)
+                    lost.append(url)
+                    return
                 if rec is None and job.requeued < MAX_REQUEUES:
                     job.requeued += 1
                     queue.put_nowait(job)
@@ -208,7 +230,9 @@ async def verify(
 
     await asyncio.gather(*(worker(u) for u in urls))
     if not queue.empty():
-        raise RuntimeError(f"{queue.qsize()} episodes left unplayed: every desktop was retired")
+        raise RuntimeError(
+            f"{queue.qsize()} episodes left unplayed: every desktop was retired (lost: {lost})"
+        )
     records = [judge(t, done[t.id]) for t in tasks]
     summary = Counter[str](r.verdict for r in records)
     summary["unreproducible-start"] = sum(r.reproducible_start is False for r in records)
@@ -217,7 +241,7 @@ async def verify(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         folder=str(folder),
         content_hash=digest,
-        sandboxes=urls,
+        sandboxes=[u for u in urls if u not in lost],
         repeats=repeats,
         seconds=round(time.monotonic() - t0, 3),
         summary=dict(summary),

@@ -1,8 +1,9 @@
 """`kubecua tasks verify --pool NAME`: the pool's sandboxes are found by its EndpointSlices on a
 real API server (kubecua_testkit's local control plane), as the trainer finds them, and leased
 through the episode API: a sandbox another client holds answers 409 and verification waits for
-it instead of failing. The pool's one sandbox is a local desktop, named by the slice's URL
-annotation as an external pool's is (the API server refuses loopback addresses in slices).
+it instead of failing, and a sandbox that never answers is retired without a verdict against the
+task. The pool's sandboxes are a local desktop and a dead URL, named by the slices' URL
+annotation as an external pool's are (the API server refuses loopback addresses in slices).
 One desktop, one task, six episodes: about 40 s with the control plane's start."""
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from kubecua_testkit.cluster import Cluster
 
 KUBECUA = Path(sys.executable).parent / "kubecua"
 HOLD_SECONDS = 4.0
+DEAD = "http://127.0.0.1:9"
 
 
-def _slice(pool: str, url: str) -> client.V1EndpointSlice:
+def _slice(pool: str, url: str, index: str = "0") -> client.V1EndpointSlice:
     return client.V1EndpointSlice(
         metadata=client.V1ObjectMeta(
-            name=f"{pool}-0", labels={POOL_LABEL: pool}, annotations={URL_ANNOTATION: url}
+            name=f"{pool}-{index}", labels={POOL_LABEL: pool}, annotations={URL_ANNOTATION: url}
         ),
         address_type="IPv4",
         endpoints=[
@@ -57,6 +59,9 @@ def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
         async with local_desktops(1) as (urls, token):
             disc = client.DiscoveryV1Api(cluster.api_client())
             disc.create_namespaced_endpoint_slice(namespace, _slice("desks", urls[0]))
+            # a second sandbox that never answers (nothing listens on port 9): it is retired
+            # and its episode played on the other, never judged as the task's fault
+            disc.create_namespaced_endpoint_slice(namespace, _slice("desks", DEAD, "1"))
             (tmp_path / "token").write_text(token)
             async with SandboxClient(urls[0], token) as other:  # another trainer's lease
                 held = await other.start_episode({"id": "x", "instruction": "x", "config": [],
@@ -77,7 +82,8 @@ def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
     done = asyncio.run(run())
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = VerifiedManifest.model_validate_json((tmp_path / "tasks/verified.json").read_text())
-    assert manifest.sandboxes[0].startswith("http://127.0.0.1:")
+    assert len(manifest.sandboxes) == 1  # the dead one retired
+    assert manifest.sandboxes[0] != DEAD
     (task,) = manifest.tasks
     assert (task.id, task.verdict, task.reproducible_start) == (
         "create-hello-file",
