@@ -121,7 +121,7 @@ async def test_a_warm_up_that_did_not_take_is_extended_once_then_fails_the_run(
         metrics = scrape(port)
 
         out = tmp_path / "out"
-        assert "0 of 4 demonstrated replies (0%, goal spec.warmup.goal.replyMatchMin 60%)" in str(
+        assert "0 of 4 demonstrated replies (0%, goal spec.warmup.goal.replyMatchMin 70%)" in str(
             failed.value
         )
         summary = json.loads((out / "warmup.json").read_text())
@@ -155,13 +155,13 @@ async def test_a_warm_up_that_did_not_take_is_extended_once_then_fails_the_run(
 
         assert metrics == {
             "kubecua_trainer_warmup_reply_match_ratio": 0.0,
-            "kubecua_trainer_warmup_goal_ratio": 0.6,
+            "kubecua_trainer_warmup_goal_ratio": 0.7,
             "kubecua_trainer_warmup_below_goal": 1.0,
             "kubecua_trainer_warmup_epochs": 4.0,
         }
         report = (out / "report.html").read_text()
         assert 'id="warmup-below-goal"' in report
-        assert "reproduces 0% of the demonstrated replies measured, against a goal of 60%" in report
+        assert "reproduces 0% of the demonstrated replies measured, against a goal of 70%" in report
         assert 'id="seed">Seed 0' in report
 
         # A restart (a Job's next pod) fails again at once, from what the first attempt kept:
@@ -204,7 +204,7 @@ async def test_a_warm_up_below_its_goal_goes_on_to_grpo_when_the_spec_says_conti
     assert "WARNING: the warm-up ended below its goal; GRPO starts anyway" in console
     status = build_warmup_status(goal)
     assert {k: v for k, v in status.items() if k != "time"} == {
-        "epochs": 2, "extendedEpochs": 0, "replyMatch": 0.0, "replies": 4, "goal": 0.6,
+        "epochs": 2, "extendedEpochs": 0, "replyMatch": 0.0, "replies": 4, "goal": 0.7,
         "belowGoal": True, "result": "BelowGoalContinued",
     }  # fmt: skip
     report = (tmp_path / "out/report.html").read_text()
