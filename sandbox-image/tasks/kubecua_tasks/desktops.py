@@ -1,7 +1,8 @@
 """Where verification plays: local desktops (`make demo`'s kind: one `kubecua-sandbox-local`
 process each, an Xvfb desktop with its episode server, from sandbox-image/episode-server's venv)
 or a SandboxPool's sandboxes, found by the pool's EndpointSlices as the trainer finds them
-(trainer/kubecua_trainer/sources/kube.py). Restated here in brief rather than imported: the
+(trainer/kubecua_trainer/sources/kube.py): only slices of Services the operator made for the
+pool. Restated here in brief rather than imported: the
 trainer's environment is torch's, and verification needs none of it."""
 
 from __future__ import annotations
@@ -22,10 +23,21 @@ from typing import Any
 
 import httpx
 
-from kubecua_api.constants import POOL_LABEL, URL_ANNOTATION
+from kubecua_api.constants import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    OPERATOR_MANAGER,
+    POOL_LABEL,
+    SANDBOX_LABEL,
+    SANDBOXPOOL_KIND,
+    SANDBOXPOOL_PLURAL,
+    URL_ANNOTATION,
+    VERSION,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 LAUNCHER = REPO / "sandbox-image/episode-server/.venv/bin/kubecua-sandbox-local"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # set on a Service's slices by the API
 
 
 def _free_port() -> int:
@@ -127,8 +139,42 @@ def slice_urls(endpoint_slice: Any) -> set[str]:
     return urls
 
 
-def pool_urls(pool: str, namespace: str, api_client: Any = None) -> list[str]:
-    """The pool's ready sandboxes now (one list of its EndpointSlices)."""
+def _controller(obj: Any) -> Any:
+    return next((r for r in obj.metadata.owner_references or [] if r.controller), None)
+
+
+def _pools_own(service: Any, pool: str, pool_uid: str) -> bool:
+    """A Service the operator made for a sandbox of `pool`: its mark, its labels, and a
+    controller reference to the pool's uid (trainer/kubecua_trainer/sources/kube.py's
+    foreign_reason; issue 42: a label is no proof, since anyone who may write Services or
+    EndpointSlices in the namespace can label one, and episodes carry the pool's token)."""
+    labels = service.metadata.labels or {}
+    ref = _controller(service)
+    return (
+        labels.get(MANAGED_BY_LABEL) == OPERATOR_MANAGER
+        and labels.get(POOL_LABEL) == pool
+        and labels.get(SANDBOX_LABEL) == service.metadata.name
+        and ref is not None
+        and ref.kind == SANDBOXPOOL_KIND
+        and ref.api_version.startswith(f"{GROUP}/")
+        and (ref.name, ref.uid) == (pool, pool_uid)
+    )
+
+
+def _slice_of(endpoint_slice: Any, service: Any, pool: str, pool_uid: str) -> bool:
+    """Controlled by the Service (the EndpointSlice controller's) or by the pool (the
+    operator's slices of external sandboxes)."""
+    ref = _controller(endpoint_slice)
+    if ref is None:
+        return False
+    if ref.kind == "Service":
+        return bool(ref.uid == service.metadata.uid)
+    return bool(ref.kind == SANDBOXPOOL_KIND and (ref.name, ref.uid) == (pool, pool_uid))
+
+
+def pool_urls(pool: str, namespace: str, api_client: Any = None) -> tuple[list[str], list[str]]:
+    """The pool's ready sandboxes now (one list of its Services and EndpointSlices), taking only
+    slices of Services the operator made for the pool; and the names of the slices left out."""
     from kubernetes import client, config
 
     if api_client is None:
@@ -136,6 +182,30 @@ def pool_urls(pool: str, namespace: str, api_client: Any = None) -> list[str]:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-    api = client.DiscoveryV1Api(api_client)
-    slices = api.list_namespaced_endpoint_slice(namespace, label_selector=f"{POOL_LABEL}={pool}")
-    return sorted(set().union(*(slice_urls(s) for s in slices.items)))
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        obj = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, SANDBOXPOOL_PLURAL, pool
+        )
+    except client.ApiException as err:
+        raise LookupError(
+            f"SandboxPool {namespace}/{pool}: HTTP {err.status} {err.reason}"
+        ) from None
+    uid = obj["metadata"]["uid"]
+    selector = f"{POOL_LABEL}={pool}"
+    services = client.CoreV1Api(api_client).list_namespaced_service(
+        namespace, label_selector=selector
+    )
+    own = {s.metadata.name: s for s in services.items if _pools_own(s, pool, uid)}
+    slices = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
+        namespace, label_selector=selector
+    )
+    urls: set[str] = set()
+    foreign = []
+    for sl in slices.items:
+        service = own.get((sl.metadata.labels or {}).get(SERVICE_NAME_LABEL, ""))
+        if service is None or not _slice_of(sl, service, pool, uid):
+            foreign.append(sl.metadata.name)
+            continue
+        urls |= slice_urls(sl)
+    return sorted(urls), sorted(foreign)

@@ -17,7 +17,12 @@ from kubecua_tasks.verify import load_folder, verify
 async def _run(args: argparse.Namespace) -> VerifiedManifest:
     if args.pool:
         token = args.token_file.read_text().strip() if args.token_file else read_token()
-        urls = pool_urls(args.pool, args.namespace)
+        try:
+            urls, foreign = pool_urls(args.pool, args.namespace)
+        except LookupError as err:
+            raise ParamError(f"--pool {args.pool}: {err}") from None
+        if foreign:
+            print(f"ignored slices the operator did not make for the pool: {', '.join(foreign)}")
         if not urls:
             raise ParamError(
                 f"--pool {args.pool}: no ready sandboxes in namespace {args.namespace}"

@@ -9,6 +9,7 @@ One desktop, one task, six episodes: about 40 s with the control plane's start."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -17,11 +18,22 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kubecua_tasks.builtin import TASKS_DIR
 from kubecua_tasks.desktops import LAUNCHER, local_desktops
 from kubernetes import client
 
-from kubecua_api.constants import POOL_LABEL, URL_ANNOTATION
+from kubecua_api.constants import (
+    GROUP,
+    MANAGED_BY_LABEL,
+    OPERATOR_MANAGER,
+    POOL_LABEL,
+    SANDBOX_LABEL,
+    SANDBOXPOOL_KIND,
+    SANDBOXPOOL_PLURAL,
+    URL_ANNOTATION,
+    VERSION,
+)
 from kubecua_api.taskmanifest import VerifiedManifest
 from kubecua_sandbox_client import SandboxClient
 from kubecua_testkit.cluster import Cluster
@@ -29,27 +41,66 @@ from kubecua_testkit.cluster import Cluster
 KUBECUA = Path(sys.executable).parent / "kubecua"
 HOLD_SECONDS = 4.0
 DEAD = "http://127.0.0.1:9"
+TRAP = "http://127.0.0.1:7"  # a foreign slice's URL: the pool's token must never go there
+POOL_CRD = Path(__file__).resolve().parents[3] / "crds/kubecua.dev_sandboxpools.yaml"
 
 
-def _slice(pool: str, url: str, index: str = "0") -> client.V1EndpointSlice:
-    return client.V1EndpointSlice(
-        metadata=client.V1ObjectMeta(
-            name=f"{pool}-{index}", labels={POOL_LABEL: pool}, annotations={URL_ANNOTATION: url}
-        ),
-        address_type="IPv4",
-        endpoints=[
-            client.V1Endpoint(
-                addresses=["192.0.2.10"], conditions=client.V1EndpointConditions(ready=True)
-            )
-        ],
-        ports=[client.DiscoveryV1EndpointPort(name="episodes", port=8000)],
-    )
+def _install_pool_crd(cluster: Cluster) -> None:
+    ext = client.ApiextensionsV1Api(cluster.api_client())
+    body = yaml.safe_load(POOL_CRD.read_text())
+    with contextlib.suppress(client.ApiException):  # 409: a former test installed it
+        ext.create_custom_resource_definition(body)
+    for _ in range(300):
+        conds = ext.read_custom_resource_definition(body["metadata"]["name"]).status.conditions
+        if any(c.type == "Established" and c.status == "True" for c in conds or []):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the SandboxPool CRD was never Established")
+
+
+def _pool(cluster: Cluster, namespace: str, pool: str, urls: list[str]) -> None:
+    """The pool and, as the operator makes them for an external pool, a Service and a slice per
+    sandbox (the slice naming the sandbox's URL); plus a foreign slice, labelled for the pool
+    but made by someone else, whose URL must never be played."""
+    api = cluster.api_client()
+    custom = client.CustomObjectsApi(api)
+    placeholders = [f"http://192.0.2.{10 + i}:8000" for i in range(len(urls))]  # never dialled
+    obj = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, SANDBOXPOOL_PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": SANDBOXPOOL_KIND, "metadata": {"name": pool},
+        "spec": {"replicas": len(urls), "backend": "external",
+                 "desktop": {"external": {"endpoints": placeholders}}},
+    })  # fmt: skip
+    uid = obj["metadata"]["uid"]
+    owner = client.V1OwnerReference(api_version=f"{GROUP}/{VERSION}", kind=SANDBOXPOOL_KIND,
+                                    name=pool, uid=uid, controller=True)  # fmt: skip
+    core, disc = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    for i, url in enumerate([*urls, TRAP]):
+        name = f"{pool}-{i}"
+        if url != TRAP:
+            labels = {MANAGED_BY_LABEL: OPERATOR_MANAGER, POOL_LABEL: pool, SANDBOX_LABEL: name}
+            core.create_namespaced_service(namespace, client.V1Service(
+                metadata=client.V1ObjectMeta(name=name, labels=labels, owner_references=[owner]),
+                spec=client.V1ServiceSpec(ports=[client.V1ServicePort(name="episodes", port=8000)]),
+            ))  # fmt: skip
+        disc.create_namespaced_endpoint_slice(namespace, client.V1EndpointSlice(
+            metadata=client.V1ObjectMeta(
+                name=name if url != TRAP else "trap",
+                labels={POOL_LABEL: pool, "kubernetes.io/service-name": f"{pool}-0"
+                        if url == TRAP else name},
+                annotations={URL_ANNOTATION: url},
+                owner_references=None if url == TRAP else [owner]),
+            address_type="IPv4",
+            endpoints=[client.V1Endpoint(addresses=["192.0.2.10"],
+                                         conditions=client.V1EndpointConditions(ready=True))],
+            ports=[client.DiscoveryV1EndpointPort(name="episodes", port=8000)],
+        ))  # fmt: skip
 
 
 @pytest.mark.skipif(not LAUNCHER.exists(), reason="no local sandbox launcher: make sandbox-env")
 def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
+    _install_pool_crd(cluster)
     folder = tmp_path / "tasks/files"
     folder.mkdir(parents=True)
     for name in ("create-hello-file.json", "create-hello-file.solutions.json"):
@@ -57,11 +108,9 @@ def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
 
     async def run() -> subprocess.CompletedProcess[str]:
         async with local_desktops(1) as (urls, token):
-            disc = client.DiscoveryV1Api(cluster.api_client())
-            disc.create_namespaced_endpoint_slice(namespace, _slice("desks", urls[0]))
             # a second sandbox that never answers (nothing listens on port 9): it is retired
             # and its episode played on the other, never judged as the task's fault
-            disc.create_namespaced_endpoint_slice(namespace, _slice("desks", DEAD, "1"))
+            _pool(cluster, namespace, "desks", [urls[0], DEAD])
             (tmp_path / "token").write_text(token)
             async with SandboxClient(urls[0], token) as other:  # another trainer's lease
                 held = await other.start_episode({"id": "x", "instruction": "x", "config": [],
@@ -82,9 +131,11 @@ def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
     done = asyncio.run(run())
     assert done.returncode == 0, done.stderr[-3000:]
     manifest = VerifiedManifest.model_validate_json((tmp_path / "tasks/verified.json").read_text())
-    assert len(manifest.sandboxes) == 1  # the dead one retired
+    assert len(manifest.sandboxes) == 1  # the dead one retired, the foreign one never taken
+    assert "ignored slices the operator did not make for the pool: trap" in done.stdout
     assert manifest.sandboxes[0] != DEAD
     (task,) = manifest.tasks
+    assert {e.sandbox for e in task.episodes} == set(manifest.sandboxes)
     assert (task.id, task.verdict, task.reproducible_start) == (
         "create-hello-file",
         "verified",
@@ -94,7 +145,7 @@ def test_verify_leases_the_pools_sandbox_and_waits_while_another_holds_it(
     assert time.monotonic() - t0 > HOLD_SECONDS
 
 
-def test_a_pool_without_ready_sandboxes_is_an_error_that_names_it(
+def test_a_pool_that_does_not_exist_is_an_error_that_names_it(
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     folder = tmp_path / "files"
@@ -109,4 +160,4 @@ def test_a_pool_without_ready_sandboxes_is_an_error_that_names_it(
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2
-    assert f"--pool nobody: no ready sandboxes in namespace {namespace}" in done.stderr
+    assert f"--pool nobody: SandboxPool {namespace}/nobody: HTTP 404" in done.stderr
