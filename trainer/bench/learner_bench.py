@@ -105,7 +105,8 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one case in this process; out of memory is a result, not a failure."""
     from bench.cases import CASES
 
-    cap_memory()
+    if spec.get("memory_cap", True):  # bench-loop's case: settings chosen for the whole card
+        cap_memory()
     args = SimpleNamespace(**{"repeats": 2, "device": "cuda", "compile": False} | spec)
     args.size = tuple(args.size)
     try:

@@ -261,10 +261,15 @@ def learner_bench(a: argparse.Namespace, settings: dict[str, Any]) -> dict[str, 
     from bench.learner_bench import run_case
 
     text_done, text_all = (int(x) for x in settings["text_checkpointed"].split("/"))
+    vision_done, vision_all = (int(x) for x in settings["vision_checkpointed"].split("/"))
     spec = {
         "kind": "fwd_bwd", "model": "qwen2_5_vl_3b", "images": a.turns, "size": [1260, 700],
-        "text_ckpt": text_done / text_all, "vision_ckpt": 1.0, "freeze_vision": False,
+        "text_ckpt": text_done / text_all, "vision_ckpt": vision_done / vision_all,
+        "freeze_vision": False,
         "compile": settings["compiled"], "device": "cuda",
+        # the loop's settings were chosen for this card's memory (speedups/choice.py), not for
+        # bench-trainer's 78 GiB cap (an 80 GB H100)
+        "memory_cap": False,
     }  # fmt: skip
     return {"case": spec} | run_case("loop_shape_fwd_bwd", spec)
 
@@ -555,6 +560,10 @@ def header(a: argparse.Namespace, gpu: bool, recording: list[Any]) -> dict[str, 
             "recorded_episodes": [r.key for r in recording],
             "latency_scale": a.latency_scale,
             "trainer": trainer_fields(a, gpu),
+            "levers": {
+                "vision_by_memory": a.vision_by_memory,
+                "prefetch_pixels": a.prefetch_pixels,
+            },
         },
     }
 
@@ -586,6 +595,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
         help="the trainer settings before issue 31: no compile, full checkpointing, offload",
     )
     p.add_argument(
+        "--vision-by-memory",
+        action="store_true",
+        help="issue 46: as few checkpointed vision blocks as the memory estimate allows "
+        "(speedups/choice.py VISION_BY_MEMORY)",
+    )
+    p.add_argument(
+        "--prefetch-pixels",
+        action="store_true",
+        help="issue 46: the next sample's pixels copied to the GPU during this one "
+        "(speedups/prefetch.py PREFETCH_PIXELS)",
+    )
+    p.add_argument(
         "--no-learner-bench",
         action="store_true",
         help="skip bench-trainer's forward+backward on the loop's shape after the modes",
@@ -611,6 +632,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     return a, gpu
 
 
+def apply_options(a: argparse.Namespace) -> None:
+    """The learner levers that are off by default (issue 46), for this process's runs."""
+    from kubecua_trainer.speedups import choice, prefetch
+
+    choice.VISION_BY_MEMORY = choice.VISION_BY_MEMORY or a.vision_by_memory
+    prefetch.PREFETCH_PIXELS = prefetch.PREFETCH_PIXELS or a.prefetch_pixels
+
+
 def missing_modules() -> list[str]:
     """The trainer's own dependencies that this interpreter lacks (the GPU machine has torch and
     transformers, perhaps not these)."""
@@ -630,6 +659,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     start = time.monotonic()
     rank, _ = world()
+    apply_options(a)
     # A launch stopped at its time limit (loop_scaling) or by torchrun gets SIGTERM: every
     # thread's stack goes to stderr first, so a hang says where each process waited.
     faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)

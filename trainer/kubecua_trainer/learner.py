@@ -26,6 +26,7 @@ from kubecua_trainer.logprobs import token_logprobs
 from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.optimizer import MasterAdamW
+from kubecua_trainer.speedups.prefetch import PixelPrefetch
 from kubecua_trainer.tokens import Sample, check_image_pads
 
 
@@ -56,6 +57,9 @@ class Learner:
             params, lr=algo.learning_rate, weight_decay=0.0
         )
         self.steps = 0
+        # the next sample's pixels copied to the GPU during this one's kernels (CUDA; off unless
+        # speedups.prefetch.PREFETCH_PIXELS or prefetch.enabled)
+        self.prefetch = PixelPrefetch(policy.device)
         # The GPU shared with an engine generating meanwhile (gpu_share.py; train.py sets it):
         # the step runs on its learning stream, each sample's pass after the engine's admissions.
         self.share: GpuShare | None = None
@@ -72,13 +76,16 @@ class Learner:
             lp, _ = token_logprobs(self.reference, sample, sample.temperature)
         return lp.to(self.policy.device)
 
-    def _sample_terms(self, sample: Sample, weight: float) -> dict[str, float]:
+    def _sample_terms(
+        self, sample: Sample, weight: float, upcoming: Sample | None = None
+    ) -> dict[str, float]:
         """Forward + backward of one sample, its loss scaled by its aggregation weight.
 
         Log-probs are recomputed at the temperature the sample was played at (a scheduled
         step's), the behaviour log-probs' own. The entropy bonus is per token, so the
         aggregation weights make it the batch's mean token entropy (per sequence with
         aggregation "sequence")."""
+        sample = self.prefetch.take(sample)
         if self.net is not None:
             logp, entropy = self.net(sample, sample.temperature)
         else:
@@ -97,6 +104,7 @@ class Learner:
         loss = terms.loss.sum() * weight
         # FSDP averages gradients over the ranks; each rank holds a part of one sum.
         (loss * self.dist.world if self.net is not None else loss).backward()
+        self.prefetch.start(upcoming)  # before the reads below wait for this sample's kernels
         return {
             "loss": float(loss.detach()),
             "kl": float(terms.kl.sum()),
@@ -133,9 +141,10 @@ class Learner:
                 for i, (sample, weight, real) in enumerate(work):
                     if self.net is not None:  # reduce-scatter the gradients once, at the end
                         self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
+                    upcoming = work[i + 1][0] if i + 1 < len(work) else None
                     # shared: after the engine's work, apart from its graph captures
                     with share.chunk() if share is not None else contextlib.nullcontext():
-                        terms = self._sample_terms(sample, weight)
+                        terms = self._sample_terms(sample, weight, upcoming)
                     for k, v in terms.items():
                         totals[k] += v if real else 0.0
                 if samples:

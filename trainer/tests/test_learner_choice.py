@@ -44,6 +44,26 @@ def test_longer_samples_and_smaller_cards_checkpoint_more_and_still_fit() -> Non
     assert small.text_checkpointing > long.text_checkpointing
 
 
+def test_vision_by_memory_unchecks_vision_blocks_only_once_the_text_layers_are_unchecked() -> None:
+    """Issue 46's option (off by default): the loop's workload on an H200 beside the engine's copy
+    keeps no vision block checkpointed, on an 80 GB card some, and each estimate fits; the
+    15 x 1080p episode, whose text layers need checkpointing on 80 GB, keeps every block."""
+    h200 = Workload(
+        **{**_workload(8, 1280 * 720, 32, total=141 * GIB).__dict__, "engine_copy": True}
+    )
+    assert choose(QWEN25_VL_3B, h200).vision_checkpointing == 1.0  # the default
+    big = choose(QWEN25_VL_3B, h200, vision_by_memory=True)
+    assert (big.text_checkpointing, big.vision_checkpointing) == (0.0, 0.0)
+    assert big.estimate_gib <= big.budget_gib
+    h100 = choose(QWEN25_VL_3B, _workload(8, 1280 * 720, 32), vision_by_memory=True)
+    assert h100.text_checkpointing == 0.0
+    assert 0.0 < h100.vision_checkpointing < 1.0
+    assert h100.estimate_gib <= h100.budget_gib
+    long = choose(QWEN25_VL_3B, _workload(15, 1_003_520, 256), vision_by_memory=True)
+    assert long.text_checkpointing > 0.0
+    assert long.vision_checkpointing == 1.0
+
+
 def test_explicit_settings_win() -> None:
     c = choose(
         QWEN25_VL_3B, _workload(8, 1280 * 720, 32), compile_=False, checkpointing=True,

@@ -14,6 +14,7 @@ batch-of-one forward, so there is no padding to remove).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -85,3 +86,27 @@ def use_varlen_vision_attention(model: torch.nn.Module) -> bool:
     register()
     visual.config._attn_implementation = VARLEN
     return True
+
+
+TEXT_ATTENTION = ("flash", "cudnn")
+
+
+def text_attention(backend: str) -> contextlib.AbstractContextManager[Any]:
+    """SDPA's backend order for the learner's text attention: "flash" leaves torch's own order
+    (FlashAttention-2 first for the causal bf16 sequence); "cudnn" puts cuDNN's fused attention
+    first, flash after it where cuDNN refuses the inputs.
+
+    Under torch.compile the backend is fixed when a layer is traced, so the order must be in force
+    at the learner's first forward and around its backward (the checkpointed layers' recompute).
+    Not wired into the learner yet: bench/learner_profile.py's cudnn stage holds it around the
+    learner's calls to measure it first (issue 46; no GPU figure yet, docs/benchmarks.md).
+    """
+    if backend not in TEXT_ATTENTION:
+        raise ValueError(f"text attention backend {backend!r}: one of {TEXT_ATTENTION}")
+    if backend == "flash":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
+             SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]  # fmt: skip
+    return sdpa_kernel(order, set_priority=True)

@@ -14,7 +14,8 @@ activations per token and layer: a checkpointed layer keeps its input (2 x hidde
 an unchecked one about 2 x (8 x hidden + 2.5 x intermediate) bytes (fitted to the 3B learner's
 52.9 GiB peak on 8 x 720p GRPO trajectories, docs/benchmarks.md), the vision blocks the same on
 4 patches per image token. Text checkpointing is the smallest of 0, 1/4, 1/2, 3/4, 1 that fits,
-vision stays fully checkpointed (its activations are 4x the tokens'). Offload: with bf16
+vision stays fully checkpointed (its activations are 4x the tokens'), or with VISION_BY_MEMORY the
+smallest vision fraction that fits once no text layer is checkpointed. Offload: with bf16
 parameters (fp32 masters) when the masters and moments (12 bytes a parameter) would take more
 than a quarter of the GPU; it depends on the card's total memory only, so a resumed run makes the
 same choice and reads the same optimizer state.
@@ -30,6 +31,13 @@ log = logging.getLogger(__name__)
 
 GIB = 2**30
 TEXT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+VISION_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# Issue 46: with the text layers unchecked, checkpoint only as many vision blocks as the estimate
+# needs (each unchecked block saves its recompute, about 1/32 of the tower's forward). Off by
+# default: one loop run on an H200 used it on 2026-11-29 (with the pixel prefetch; 50.8 GiB peak,
+# docs/benchmarks.md), but its speed was not measured apart, nor its peak on the longest sample:
+# `python3 -m bench.learner_profile` measures both (bench-loop: --vision-by-memory).
+VISION_BY_MEMORY = False
 HEADROOM = 0.8  # of the budget: the allocator's fragmentation and the estimate's error
 ENGINE_RESERVE = 4 * GIB  # the embedded engine's prefix store bound (HFEngine cache_bytes)
 
@@ -119,8 +127,13 @@ def choose(
     compile_: bool | None = None,
     checkpointing: bool | None = None,
     offload: bool | None = None,
+    vision_by_memory: bool | None = None,
 ) -> Choice:
-    """The learner's settings; an explicit compile_/checkpointing/offload (not None) wins."""
+    """The learner's settings; an explicit compile_/checkpointing/offload (not None) wins.
+    vision_by_memory (default VISION_BY_MEMORY): fewer checkpointed vision blocks where the
+    estimate allows, once no text layer is checkpointed."""
+    if vision_by_memory is None:
+        vision_by_memory = VISION_BY_MEMORY
     budget = w.total_bytes * HEADROOM
     why = []
     if offload is None:
@@ -139,8 +152,11 @@ def choose(
         vision = 1.0
         fits = [f for f in TEXT_FRACTIONS if estimate(s, w, f, vision, offload) <= budget]
         text = fits[0] if fits else 1.0
+        if vision_by_memory and text == 0.0 and s.vision_blocks:  # then as few as fit
+            vision = next(v for v in VISION_FRACTIONS if estimate(s, w, 0.0, v, offload) <= budget)
         why.append(
-            f"text checkpointing {text:g} of {s.text_layers} layers for {w.tokens} tokens"
+            f"text checkpointing {text:g} of {s.text_layers} layers, vision {vision:g} of "
+            f"{s.vision_blocks} blocks for {w.tokens} tokens"
             + ("" if fits else " (the estimate exceeds the budget even so)")
         )
     return Choice(
