@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ Verdict = Literal[
     "verified", "reference-fails", "noop-passes", "wrong-passes", "flaky", "setup-fails"
 ]
 Solution = Literal["reference", "noop", "wrong"]
-MANIFEST_KIND = "kubecua.dev/VerifiedTasks"
+MANIFEST_KIND: Final = "kubecua.dev/VerifiedTasks"
 
 
 class _Model(BaseModel):
