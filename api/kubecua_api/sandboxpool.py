@@ -23,19 +23,24 @@ from kubecua_api.common import (
 )
 from kubecua_api.liveview import LiveView
 
-# An external sandbox: http://host[:port][/], the port 1-65535.
+# An external sandbox: http://host[:port][/], the port 1-65535. The host goes into an
+# EndpointSlice as an IPv4 address or an FQDN: a name of two labels or more, in lower case (the
+# slice refuses `desk-1` and `localhost`: the spec fuzz found both, issue 42), at most 253
+# characters. A loopback IP becomes a placeholder FQDN (sandboxpool/backends/external.py).
 ENDPOINT_PATTERN = (
-    r"^http://[^/:]+(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}"
-    r"|655[0-2][0-9]|6553[0-5]))?/?$"
+    r"^http://([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+)"
+    r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?/?$"
 )
-PORT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# A named port as a NetworkPolicy takes it (an IANA service name): words of [a-z0-9] joined by
+# single hyphens, one letter at least ("0" and "a--b" are refused: the spec fuzz found "0").
+PORT_NAME_PATTERN = r"^([a-z0-9]+-)*[a-z0-9]*[a-z][a-z0-9]*(-[a-z0-9]+)*$"
 # A label key as the Pod API checks it: [DNS subdomain/]name, the name at most 63 characters.
 LABEL_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 MEMORY_PATTERN = r"^[1-9][0-9]*(Mi|Gi)$"  # a guest needs some memory: 0Mi never boots
-Endpoint = Annotated[str, StringConstraints(max_length=2048, pattern=ENDPOINT_PATTERN)]
+Endpoint = Annotated[str, StringConstraints(max_length=267, pattern=ENDPOINT_PATTERN)]
 Cidr = Annotated[str, StringConstraints(max_length=64)]
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
 # A NetworkPolicy port: a number or a named port.

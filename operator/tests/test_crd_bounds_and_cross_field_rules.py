@@ -58,7 +58,19 @@ GAPS = [  # cross-field and shape rules, each naming its field
     (run(checkpoint={"path": "/"}), "spec.checkpoint.path: Invalid value"),
     (run(checkpoint={"path": "/proc/ckpt"}), "spec.checkpoint.path: Invalid value"),
     (run(kueue={"queueName": ""}), "spec.kueue.queueName"),
+    (run(metrics={"port": 29500}), "spec.metrics.port: Invalid value"),
     (run(sandboxes={"urls": [URLS[0], URLS[0]]}), "spec.sandboxes.urls[1]: Duplicate value"),
+    # found by the spec fuzz: an EndpointSlice refuses a one-label FQDN (and upper case)
+    (pool(backend="external", desktop={"external": {"endpoints": ["http://desk-1:8000"]}}),
+     "spec.desktop.external.endpoints[0]: Invalid value"),
+    (pool(backend="external", desktop={"external": {"endpoints": ["http://Desk.lab:8000"]}}),
+     "spec.desktop.external.endpoints[0]: Invalid value"),
+    (pool(backend="external", desktop={"external": {"endpoints": ["http://localhost:8000"]}}),
+     "spec.desktop.external.endpoints[0]: Invalid value"),
+    (egress(), "spec.egress[0].to[0]: Invalid value"),  # a peer of nothing
+    (egress(ipBlock={"cidr": "10.0.0.0/8"}, podSelector={}), "a peer with an ipBlock takes no"),
+    (pool(egress=[{"ports": [{"port": "0"}]}]), "spec.egress[0].ports[0].port: Invalid value"),
+    (pool(egress=[{"ports": [{"port": "a--b"}]}]), "spec.egress[0].ports[0].port: Invalid value"),
     (pool(replicas=10000, warmSpares=1), "spec.warmSpares: Invalid value"),
     (pool(replicas=1, maxReplicas=10000, warmSpares=1), "spec.warmSpares: Invalid value"),
     (pool(backend="external", desktop={"external": {"endpoints": [URLS[0], URLS[0]]}}),
@@ -116,6 +128,8 @@ VALID_EDGES = [
         {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}},
         {"podSelector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}}]}]),
     pool(**EXTERNAL, replicas=2),
+    pool(backend="external", desktop={"external": {"endpoints": [
+        "http://desk-1.lab.example:8000", "http://127.0.0.1:9000/", "http://192.168.1.20"]}}),
     pool(desktop={"pod": {"resources": {
         "limits": {"cpu": 2, "memory": "4Gi", "hugepages-2Mi": "2Mi", "example.com/dev": 1},
         "requests": {"cpu": "1", "hugepages-2Mi": "2Mi", "example.com/dev": 1}}}}),

@@ -116,7 +116,7 @@ BAD = [
         with_spec(
             POOL,
             backend="external",
-            desktop={"pod": {"image": "x"}, "external": {"endpoints": ["http://a:1"]}},
+            desktop={"pod": {"image": "x"}, "external": {"endpoints": ["http://a.lab:1"]}},
         ),
         "spec.desktop.pod is only allowed",
     ),

@@ -88,7 +88,7 @@ def test_the_readiness_index_holds_nothing_for_a_bad_pool_and_logs_it_once(caplo
             "desks-sandbox-token-0f1e2d3caa",
         ),
         (
-            {"backend": "external", "desktop": {"external": {"endpoints": ["http://a:8000"]}}},
+            {"backend": "external", "desktop": {"external": {"endpoints": ["http://a.lab:8000"]}}},
             "desks-sandbox-token",  # its owner's
         ),
     ],
