@@ -160,6 +160,7 @@ class PoolSource:
 
     async def start(self, leases: SandboxLeases) -> None:
         # for wait_ready's timeout; a pool scales: how many it will have is not ours to know
+        leases.where = f"SandboxPool {self.namespace}/{self.pool}, from its EndpointSlices"
         loop = asyncio.get_running_loop()
         api = self._discovery_api()
         self._core = self._core_api()
