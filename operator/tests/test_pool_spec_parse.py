@@ -73,7 +73,7 @@ def test_the_readiness_index_holds_nothing_for_a_bad_pool_and_logs_it_once(caplo
     assert "spec.reset.strategy" in refusals[0]
     fixed = pool_body({"replicas": 2}, {"readyReplicas": 2})
     assert readiness(fixed) == {
-        ("ns1", "desks"): BoundPool(2, "desks-sandbox-token-0f1e2d3caa", None)
+        ("ns1", "desks"): BoundPool(2, "desks-sandbox-token-0f1e2d3caa", None, UID)
     }
     assert readiness(pool_body(STALE)) is None
     assert len(caplog.records) == 2  # broken again after it parsed: said again
@@ -96,7 +96,9 @@ def test_the_readiness_index_holds_nothing_for_a_bad_pool_and_logs_it_once(caplo
 )
 def test_the_readiness_entry_names_the_token_secret_as_the_pools_backend_does(spec, secret):
     body = pool_body(spec, {"readyReplicas": 3, "conditions": [DEMAND_MET]})
-    assert readiness(body) == {("ns1", "desks"): BoundPool(3, secret, ("True", "Met", "2 of 2"))}
+    assert readiness(body) == {
+        ("ns1", "desks"): BoundPool(3, secret, ("True", "Met", "2 of 2"), UID)
+    }
 
 
 def test_a_stored_pool_spec_the_model_refuses_is_reported_naming_the_field_and_nothing_built(
