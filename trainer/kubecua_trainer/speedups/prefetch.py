@@ -13,10 +13,12 @@ step's bits are the same.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 
-from kubecua_trainer.tokens import Sample
+if TYPE_CHECKING:  # types only: tokens imports the speed-ups' layer, not the other way round
+    from kubecua_trainer.tokens import Sample
 
 # Off by default: bitwise the same step on CUDA (trainer/tests/test_learner_prefetch.py passed on an
 # H200, 2026-11-29), but its speed not yet measured apart (docs/benchmarks.md; bench-loop:
