@@ -12,14 +12,20 @@ resource's list and watch taken away for good) keeps /healthz failing, so a kube
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
-from .conftest import OperatorProcess, wait_until
+from kubecua_operator.k8s import Kube
+from kubecua_testkit.cluster import Cluster, down, up
+
+from .conftest import REPO, OperatorProcess, wait_until
 from .helpers import pool_manifest, wait_pool
 from .test_security import healthy, render, sa_kubeconfig
 
@@ -30,8 +36,43 @@ POOLS, JOBS = "sandboxpools.v1alpha1.kubecua.dev@cluster", "jobs.v1.batch@cluste
 REVOKED_SECONDS = 60  # the issue's fault: an RBAC hiccup longer than kopf's retries (~16 s)
 
 
+# A control plane of this module's own. The fault is cluster-wide (the operator's binding), so
+# the operator then reconciles whatever else is there: in the shared cluster, pools other test
+# files left in namespaces still terminating, whose passes fail with 403 every 2 s. There, once
+# (make test-operator, 2026-11-29, load about 14), the pool below never healed within 60 s of the
+# binding's return, its loop silent; alone it healed in 1-2 s three times out of three. Not
+# diagnosed (docs/reliability.md says so); this module measures the fault, not the neighbours.
 @pytest.fixture(scope="module")
-def chart_rbac(cluster: Any, crds: None) -> Iterator[str]:
+def cluster() -> Iterator[Cluster]:
+    name = f"kubecua-heal-{os.getpid()}"
+    c = up(name, nodes=3)
+    try:
+        c.kubectl("apply", "-f", str(REPO / "crds"))
+        c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                  "crd/sandboxpools.kubecua.dev", "crd/trainingruns.kubecua.dev")  # fmt: skip
+        yield c
+    finally:
+        down(name)
+
+
+@pytest.fixture(scope="module")
+def kube(cluster: Cluster) -> Kube:
+    return Kube(cluster.api_client())
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(cluster.api_client())
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="module")
+def chart_rbac(cluster: Any) -> Iterator[str]:
     """The chart's ServiceAccount, RBAC and admission policies, as `helm install` makes them."""
     cluster.kubectl("create", "namespace", OP_NS, check=False)
     docs = render("serviceaccount.yaml", "rbac.yaml", "admissionpolicies.yaml",
@@ -44,11 +85,10 @@ def chart_rbac(cluster: Any, crds: None) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def sa_operator(
-    cluster: Any, chart_rbac: str, operator: OperatorProcess, token_key: Path, tmp_path_factory: Any
+    cluster: Any, chart_rbac: str, token_key: Path, tmp_path_factory: Any
 ) -> Iterator[OperatorProcess]:
-    """The operator as the chart's account, watches renewed every 5 s (session one paused); one
-    process for both tests, each of which puts the RBAC back as the chart makes it."""
-    operator.stop()
+    """The operator as the chart's account, watches renewed every 5 s; one process for both
+    tests, each of which puts the RBAC back as the chart makes it."""
     env = {
         "KUBECUA_OPERATOR_TOKEN_KEY_FILE": str(token_key),
         "KUBECUA_OPERATOR_WATCH_TIMEOUT_SECONDS": "5",
@@ -63,7 +103,6 @@ def sa_operator(
     finally:
         cluster.kubectl("apply", "-f", "-", input=chart_rbac, check=False)  # whatever the test did
         proc.stop()
-        operator.start()
 
 
 def watch_up(proc: OperatorProcess, stream: str) -> float:
