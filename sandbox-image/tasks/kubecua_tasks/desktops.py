@@ -23,21 +23,11 @@ from typing import Any
 
 import httpx
 
-from kubecua_api.constants import (
-    GROUP,
-    MANAGED_BY_LABEL,
-    OPERATOR_MANAGER,
-    POOL_LABEL,
-    SANDBOX_LABEL,
-    SANDBOXPOOL_KIND,
-    SANDBOXPOOL_PLURAL,
-    URL_ANNOTATION,
-    VERSION,
-)
+from kubecua_api.constants import GROUP, POOL_LABEL, SANDBOXPOOL_PLURAL, VERSION
+from kubecua_api.discovery import SERVICE_NAME_LABEL, foreign_reason, slice_of, slice_urls
 
 REPO = Path(__file__).resolve().parents[3]
 LAUNCHER = REPO / "sandbox-image/episode-server/.venv/bin/kubecua-sandbox-local"
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # set on a Service's slices by the API
 
 
 def _free_port() -> int:
@@ -120,58 +110,6 @@ async def local_desktops(
             shutil.rmtree(work, ignore_errors=True)
 
 
-def slice_urls(endpoint_slice: Any) -> set[str]:
-    """Ready episode URLs of one EndpointSlice: the kubecua.dev/url annotation of an external
-    sandbox's slice, else each ready address at the port named "episodes" (else 8000)."""
-    annotated = (endpoint_slice.metadata.annotations or {}).get(URL_ANNOTATION)
-    endpoints = endpoint_slice.endpoints or []
-    if annotated:
-        serving = any(e.conditions is None or e.conditions.ready is not False for e in endpoints)
-        return {annotated.rstrip("/")} if serving else set()
-    ports = endpoint_slice.ports or []
-    port = next((p.port for p in ports if p.name == "episodes"), None) or 8000
-    urls = set()
-    for ep in endpoints:
-        if ep.conditions is not None and ep.conditions.ready is False:
-            continue
-        for addr in ep.addresses or []:
-            urls.add(f"http://[{addr}]:{port}" if ":" in addr else f"http://{addr}:{port}")
-    return urls
-
-
-def _controller(obj: Any) -> Any:
-    return next((r for r in obj.metadata.owner_references or [] if r.controller), None)
-
-
-def _pools_own(service: Any, pool: str, pool_uid: str) -> bool:
-    """A Service the operator made for a sandbox of `pool`: its mark, its labels, and a
-    controller reference to the pool's uid (trainer/kubecua_trainer/sources/kube.py's
-    foreign_reason; issue 42: a label is no proof, since anyone who may write Services or
-    EndpointSlices in the namespace can label one, and episodes carry the pool's token)."""
-    labels = service.metadata.labels or {}
-    ref = _controller(service)
-    return (
-        labels.get(MANAGED_BY_LABEL) == OPERATOR_MANAGER
-        and labels.get(POOL_LABEL) == pool
-        and labels.get(SANDBOX_LABEL) == service.metadata.name
-        and ref is not None
-        and ref.kind == SANDBOXPOOL_KIND
-        and ref.api_version.startswith(f"{GROUP}/")
-        and (ref.name, ref.uid) == (pool, pool_uid)
-    )
-
-
-def _slice_of(endpoint_slice: Any, service: Any, pool: str, pool_uid: str) -> bool:
-    """Controlled by the Service (the EndpointSlice controller's) or by the pool (the
-    operator's slices of external sandboxes)."""
-    ref = _controller(endpoint_slice)
-    if ref is None:
-        return False
-    if ref.kind == "Service":
-        return bool(ref.uid == service.metadata.uid)
-    return bool(ref.kind == SANDBOXPOOL_KIND and (ref.name, ref.uid) == (pool, pool_uid))
-
-
 def pool_urls(pool: str, namespace: str, api_client: Any = None) -> tuple[list[str], list[str]]:
     """The pool's ready sandboxes now (one list of its Services and EndpointSlices), taking only
     slices of Services the operator made for the pool; and the names of the slices left out."""
@@ -196,7 +134,7 @@ def pool_urls(pool: str, namespace: str, api_client: Any = None) -> tuple[list[s
     services = client.CoreV1Api(api_client).list_namespaced_service(
         namespace, label_selector=selector
     )
-    own = {s.metadata.name: s for s in services.items if _pools_own(s, pool, uid)}
+    own = {s.metadata.name: s for s in services.items if not foreign_reason(s, pool, uid)}
     slices = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
         namespace, label_selector=selector
     )
@@ -204,7 +142,7 @@ def pool_urls(pool: str, namespace: str, api_client: Any = None) -> tuple[list[s
     foreign = []
     for sl in slices.items:
         service = own.get((sl.metadata.labels or {}).get(SERVICE_NAME_LABEL, ""))
-        if service is None or not _slice_of(sl, service, pool, uid):
+        if service is None or not slice_of(sl, service, pool, uid):
             foreign.append(sl.metadata.name)
             continue
         urls |= slice_urls(sl)
