@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from kubecua_operator.k8s import Kube
 from kubecua_testkit.cluster import Cluster, down, up
@@ -55,20 +53,11 @@ def cluster() -> Iterator[Cluster]:
         down(name)
 
 
+# The kit's `namespace` fixture takes this module's `cluster` by name; `kube` and `crds` are
+# session-scoped in conftest.py, so this module has its own.
 @pytest.fixture(scope="module")
 def kube(cluster: Cluster) -> Kube:
     return Kube(cluster.api_client())
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(cluster.api_client())
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
-        yield name
-    finally:
-        core.delete_namespace(name, propagation_policy="Background")
 
 
 @pytest.fixture(scope="module")
