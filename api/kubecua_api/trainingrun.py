@@ -581,6 +581,25 @@ class WarmupConfig(ApiModel):
     learning_rate: float = Field(
         default=1e-5, gt=0, description="AdamW learning rate of the warm-up."
     )
+    schedule: Literal["constant", "cosine"] = Field(
+        default="constant",
+        description="The learning rate over the warm-up's planned steps (epochs x batches):"
+        " constant, or cosine (a linear rise over rampFraction, then a half cosine down to"
+        " floorFraction x learningRate, kept for any extension). kubecua_trainer/warmup/"
+        "schedule.py.",
+    )
+    ramp_fraction: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        description="cosine: the share of planned steps over which the rate rises from 0.",
+    )
+    floor_fraction: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=1.0,
+        description="cosine: the rate at the last planned step, as a share of learningRate.",
+    )
     successes_only: bool = Field(
         default=True,
         description="Use only demonstrations whose outcome is success (reward 1).",

@@ -47,6 +47,7 @@ from bench.learning.family import (
     reference_replies,
     typed_text,
 )
+from kubecua_api.warmup import WarmupGoalConfig
 from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation, SamplingParams
@@ -64,6 +65,8 @@ from kubecua_trainer.rollout.context import CONTEXTS, EpisodeContext
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.tokens import Sample, fit_image
+from kubecua_trainer.warmup.goal import goal_indices, replies_reproduced
+from kubecua_trainer.warmup.schedule import Schedule, rate_factor, set_rate
 from kubecua_trainer.warmup.sft import warmup_optimizer
 
 
@@ -244,20 +247,48 @@ class Offline:
 class Warmup:
     """spec.warmup's fit, resumable chunk by chunk (the optimizer and shuffle carry over)."""
 
-    def __init__(self, off: Offline, tasks: list[dict[str, Any]], lr: float, batch: int, seed: int):
-        self.off, self.batch = off, batch
+    def __init__(
+        self,
+        off: Offline,
+        tasks: list[dict[str, Any]],
+        lr: float,
+        batch: int,
+        seed: int,
+        schedule: Schedule = "constant",
+        planned_epochs: int = 0,
+        ramp: float = 0.0,
+        floor: float = 0.0,
+    ):
+        self.off, self.batch, self.lr = off, batch, lr
         self.optimizer = warmup_optimizer(off.learner, lr)
         self.demos = [off.demo_samples(t) for t in tasks]  # a batch is batchSize demos
+        self.in_order = list(self.demos)  # the file order goal_indices draws from
         self.rng = random.Random(seed)
-        self.epochs = 0
+        self.epochs = self.steps = 0
+        per_epoch = -(-len(self.demos) // batch)
+        self.factor = lambda step: rate_factor(step, planned_epochs * per_epoch, schedule,
+                                               ramp, floor)  # fmt: skip
 
     def run(self, epochs: int) -> None:
         for _ in range(epochs):
             self.rng.shuffle(self.demos)
             for i in range(0, len(self.demos), self.batch):
                 batch = [s for d in self.demos[i : i + self.batch] for s in d]
+                set_rate(self.optimizer, self.lr, self.factor(self.steps))
                 self.off.learner.supervised_step(batch, self.optimizer)
+                self.steps += 1
             self.epochs += 1
+
+    def goal(self, goal: WarmupGoalConfig, seed: int) -> dict[str, Any]:
+        """spec.warmup.goal's measure (warmup/goal.py) on the demonstrations a run would draw."""
+        matched = replies = 0
+        for i in goal_indices(len(self.in_order), goal, seed):
+            for sample in self.in_order[i]:
+                m, n = replies_reproduced(self.off.policy, sample)
+                matched, replies = matched + m, replies + n
+        match = matched / max(1, replies)
+        return {"epochs": self.epochs, "reply_match": round(match, 4),
+                "met": replies > 0 and match >= goal.reply_match_min - 1e-12}  # fmt: skip
 
 
 def stop_here(check: dict[str, Any], args: argparse.Namespace) -> bool:
@@ -292,7 +323,8 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     off.partial_weight = args.partial_weight
     untrained = None if args.no_untrained else rate(await off.success(heldout))
     demos = fam.warmup_tasks()[: args.demos or None]
-    warm = Warmup(off, demos, args.warmup_lr, args.warmup_batch, seed)
+    warm = Warmup(off, demos, args.warmup_lr, args.warmup_batch, seed, args.warmup_schedule,
+                  args.max_epochs, args.warmup_ramp, args.warmup_floor)  # fmt: skip
     probe = random.Random(seed).sample(train, min(args.probe, len(train)))
     checks: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -303,6 +335,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         warm.optimizer.load_state_dict(saved["optimizer"])
         warm.rng.setstate(saved["rng"])
         warm.epochs, checks = saved["epochs"], saved["checks"]
+        warm.steps = saved.get("steps", 0)
     while not checks or not stop_here(checks[-1], args):
         if warm.epochs >= args.max_epochs:
             break
@@ -310,10 +343,19 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         p1, pk = await off.stop_rule(probe, args.k)
         checks.append({"epochs": warm.epochs, "pass1": p1, f"pass{args.k}": pk})
         print(f"seed {seed}: warm-up {warm.epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
+    goal_checks = []
+    if args.goal_min > 0:  # spec.warmup.goal with onBelowGoal extend (0 extension epochs: fail)
+        goal = WarmupGoalConfig(replyMatchMin=args.goal_min)
+        goal_checks.append(warm.goal(goal, seed))
+        if not goal_checks[-1]["met"] and args.goal_extend > 0:
+            warm.run(args.goal_extend)
+            goal_checks.append(warm.goal(goal, seed))
+        print(f"seed {seed}: warm-up goal {json.dumps(goal_checks)}", flush=True)
     warm_seconds = time.monotonic() - t0
     if warm_file and not os.path.exists(warm_file):
         state = {"model": off.policy.model.state_dict(), "optimizer": warm.optimizer.state_dict(),
-                 "rng": warm.rng.getstate(), "epochs": warm.epochs, "checks": checks}  # fmt: skip
+                 "rng": warm.rng.getstate(), "epochs": warm.epochs, "checks": checks,
+                 "steps": warm.steps}  # fmt: skip
         os.makedirs(os.path.dirname(warm_file), exist_ok=True)
         torch.save(state, warm_file)
     start_rows = [r[0] for r in await off.success(heldout)]
@@ -349,6 +391,9 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "seed": seed,
         "heldout_untrained": untrained,
         "warmup_checks": checks,
+        # spec.warmup.goal's measurements; a last one not met is a run that fails before GRPO
+        # (its arms still run here, to show what the goal caught)
+        "warmup_goal": goal_checks,
         "warmup_seconds": round(warm_seconds, 1),
         "heldout_start": start,
         "heldout_grpo": rate(grpo_rows),
@@ -380,6 +425,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--partial-weight", type=float, default=0.0)
     p.add_argument("--warmup-lr", type=float, default=3e-3)
     p.add_argument("--warmup-batch", type=int, default=2)
+    p.add_argument("--warmup-schedule", default="constant", choices=["constant", "cosine"])
+    p.add_argument("--warmup-ramp", type=float, default=0.05, help="cosine: rising share")
+    p.add_argument("--warmup-floor", type=float, default=0.1, help="cosine: last rate / peak")
+    p.add_argument("--goal-min", type=float, default=0.0,
+                   help="spec.warmup.goal.replyMatchMin (0: no goal measured)")  # fmt: skip
+    p.add_argument("--goal-extend", type=int, default=30, help="epochs added once below goal")
     p.add_argument("--check-every", type=int, default=5, help="warm-up epochs between checks")
     p.add_argument("--max-epochs", type=int, default=100)
     p.add_argument("--probe", type=int, default=16, help="training instances the rule measures")

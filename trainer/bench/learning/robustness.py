@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import sys
@@ -39,6 +40,7 @@ import yaml  # type: ignore[import-untyped]
 
 from bench.learning import paired
 from bench.learning.family import BENCH_PROMPT, DEFAULT, REPO, Family
+from kubecua_api.warmup import WarmupGoalConfig
 
 DEMO_SPEC = REPO / "examples/trainingrun-local.yaml"
 GOAL = 38 / 40  # issue 41: a rise outside the noise in at least 38 of 20 seeds x 2 thread counts
@@ -59,10 +61,17 @@ def offline_args(spec: dict[str, Any]) -> list[str]:
         "--partial-weight", str(reward.get("partial", 0.0) / reward.get("score", 1.0)),
         "--warmup-lr", str(warm["learningRate"]),
         "--warmup-batch", str(warm.get("batchSize", 2)),
+        "--warmup-schedule", str(warm.get("schedule", "constant")),
+        "--warmup-ramp", str(warm.get("rampFraction", 0.05)),
+        "--warmup-floor", str(warm.get("floorFraction", 0.1)),
         "--max-epochs", str(warm["epochs"]),
         "--system", str(spec.get("rollout", {}).get("systemPrompt", BENCH_PROMPT)),
         "--no-untrained", "--sft-max-seconds", "1",
     ]  # fmt: skip
+    goal = WarmupGoalConfig.model_validate(warm.get("goal") or {})  # every warm-up has one
+    if goal.on_below_goal != "continue":
+        extend = goal.extend_epochs if goal.on_below_goal == "extend" else 0
+        argv += ["--goal-min", str(goal.reply_match_min), "--goal-extend", str(extend)]
     rule = warm.get("stopWhen")
     if rule:
         argv += [
@@ -79,13 +88,35 @@ def offline_args(spec: dict[str, Any]) -> list[str]:
     return argv
 
 
-def recipes() -> dict[str, tuple[Path, list[str]]]:
-    """Recipe name -> (family folder, offline flags), read from the recipes' own sources."""
+def with_settings(spec: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """The spec with each "dotted.path=YAML value" set, to sweep a variant of a recipe before
+    changing it (e.g. warmup.learningRate=5e-4).
+
+    >>> with_settings({"warmup": {"epochs": 90}}, ["warmup.schedule=cosine", "warmup.epochs=60"])
+    {'warmup': {'epochs': 60, 'schedule': 'cosine'}}
+    """
+    spec = copy.deepcopy(spec)
+    for setting in settings:
+        path, sep, value = setting.partition("=")
+        if not sep or not path:
+            raise SystemExit(f"--set {setting!r}: write it as dotted.path=value")
+        *parents, leaf = path.split(".")
+        node = spec
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = yaml.safe_load(value)
+    return spec
+
+
+def recipes(settings: tuple[str, ...] = ()) -> dict[str, tuple[Path, list[str]]]:
+    """Recipe name -> (family folder, offline flags), read from the recipes' own sources, with
+    --set's settings applied."""
     demo = yaml.safe_load(DEMO_SPEC.read_text())["spec"]
     demo_family = (DEMO_SPEC.parent / demo["tasks"]["path"]).resolve().parent
     from bench.learning.run import RECIPE  # the bench's recipe; imports the sources too
 
     bench = {**RECIPE, "rollout": {**RECIPE["rollout"]}}
+    demo, bench = with_settings(demo, list(settings)), with_settings(bench, list(settings))
     return {"demo": (demo_family, offline_args(demo)), "bench": (DEFAULT, offline_args(bench))}
 
 
@@ -95,6 +126,8 @@ def verdict(run: dict[str, Any], alpha: float) -> dict[str, Any]:
     up = sum(1 for a, b in zip(start, grpo, strict=True) if a < 1 <= b)
     down = sum(1 for a, b in zip(start, grpo, strict=True) if a >= 1 > b)
     p = paired.mcnemar_exact(up, down)
+    goal = run.get("warmup_goal") or []
+    goal_met = not goal or goal[-1]["met"]  # below it, the real run fails before GRPO
     return {
         "seed": run["seed"],
         "start": f"{sum(1 for x in start if x >= 1)}/{len(start)}",
@@ -103,7 +136,9 @@ def verdict(run: dict[str, Any], alpha: float) -> dict[str, Any]:
         "up": up,
         "down": down,
         "p": p,
-        "outside_noise": p < alpha and up > down,
+        "outside_noise": p < alpha and up > down and goal_met,
+        "warmup_goal": [g["reply_match"] for g in goal],
+        "warmup_goal_met": goal_met,
         "warmup_epochs": run["warmup_checks"][-1]["epochs"] if run["warmup_checks"] else 0,
         "seconds": round(run["warmup_seconds"] + run["grpo_seconds"], 1),
     }
@@ -203,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--alpha", type=float, default=0.01, help="McNemar p below it: outside noise")
     p.add_argument("--model", action="append", default=[], metavar="RECIPE=DIR",
                    help="a built model for a recipe (default: built into the cache)")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="settings",
+                   help="a variant: set a spec field, e.g. warmup.schedule=cosine")  # fmt: skip
     p.add_argument("--python", default=sys.executable)
     p.add_argument(
         "--read-only", action="store_true", help="run nothing: summarise the runs in --out"
@@ -214,7 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     given = dict(m.split("=", 1) for m in args.model)
     t0 = time.monotonic()
     result: dict[str, Any] = {"seeds": args.seeds, "threads": args.threads, "alpha": args.alpha}
-    all_recipes = recipes()
+    result["settings"] = args.settings
+    all_recipes = recipes(tuple(args.settings))
     for name in args.recipes:
         fam, flags = all_recipes[name]
         model = model_for(fam, cache, given.get(name))

@@ -9,8 +9,9 @@ its batch first needs them and kept for the next epochs up to SAMPLE_CACHE_BYTES
 screenshots' pixel values: a large set at a large maxPixels builds again rather than hold them
 all). Building them (the processor's patches, the tokenizer) was a fifth of an epoch on the 65
 colourkeys demonstrations (2.7 of 13 s, one thread, 2026-11-28); the samples are a function of
-the demonstration, so kept ones train exactly as rebuilt ones. What it leaves out: a
-learning-rate schedule, and packing several demonstrations into one sequence.
+the demonstration, so kept ones train exactly as rebuilt ones. The learning rate follows
+warmup.schedule (warmup/schedule.py) over the planned steps. What it leaves out: packing several
+demonstrations into one sequence.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample
 from kubecua_trainer.trajectories import Trajectory
+from kubecua_trainer.warmup.schedule import rate_factor, set_rate
 
 SAMPLE_CACHE_BYTES = 512 << 20
 
@@ -86,6 +88,14 @@ class DemoFit:
             self._kept_bytes += size
         return built
 
+    def rate_factor(self, step: int) -> float:
+        """warmup.schedule's factor at optimizer step `step` of the planned epochs' steps."""
+        per_epoch = -(-len(self.demos) // self.cfg.batch_size)
+        cfg = self.cfg
+        return rate_factor(
+            step, cfg.epochs * per_epoch, cfg.schedule, cfg.ramp_fraction, cfg.floor_fraction
+        )
+
     @property
     def epochs(self) -> int:
         return len(self.fit.epoch_losses)
@@ -124,6 +134,7 @@ class DemoFit:
                     return fit
                 chunk = order[start : start + self.cfg.batch_size]
                 batch = [s for i in chunk for s in self.samples(i)]
+                set_rate(self.optimizer, self.cfg.learning_rate, self.rate_factor(fit.steps))
                 out = self.learner.supervised_step(batch, self.optimizer)
                 nll += out["loss"] * out["tokens"]
                 tokens += out["tokens"]
