@@ -1,9 +1,6 @@
-"""Where verification plays: local desktops (`make demo`'s kind: one `kubecua-sandbox-local`
-process each, an Xvfb desktop with its episode server, from sandbox-image/episode-server's venv)
-or a SandboxPool's sandboxes, found by the pool's EndpointSlices as the trainer finds them
-(trainer/kubecua_trainer/sources/kube.py): only slices of Services the operator made for the
-pool. Restated here in brief rather than imported: the
-trainer's environment is torch's, and verification needs none of it."""
+"""Local desktops for verification: `make demo`'s kind, one `kubecua-sandbox-local` process each
+(an Xvfb desktop with its episode server, from sandbox-image/episode-server's venv). A
+SandboxPool's sandboxes are pool.py's."""
 
 from __future__ import annotations
 
@@ -19,12 +16,8 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-
-from kubecua_api.constants import GROUP, POOL_LABEL, SANDBOXPOOL_PLURAL, VERSION
-from kubecua_api.discovery import SERVICE_NAME_LABEL, foreign_reason, slice_of, slice_urls
 
 REPO = Path(__file__).resolve().parents[3]
 LAUNCHER = REPO / "sandbox-image/episode-server/.venv/bin/kubecua-sandbox-local"
@@ -108,42 +101,3 @@ async def local_desktops(
             import shutil
 
             shutil.rmtree(work, ignore_errors=True)
-
-
-def pool_urls(pool: str, namespace: str, api_client: Any = None) -> tuple[list[str], list[str]]:
-    """The pool's ready sandboxes now (one list of its Services and EndpointSlices), taking only
-    slices of Services the operator made for the pool; and the names of the slices left out."""
-    from kubernetes import client, config
-
-    if api_client is None:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
-    custom = client.CustomObjectsApi(api_client)
-    try:
-        obj = custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, SANDBOXPOOL_PLURAL, pool
-        )
-    except client.ApiException as err:
-        raise LookupError(
-            f"SandboxPool {namespace}/{pool}: HTTP {err.status} {err.reason}"
-        ) from None
-    uid = obj["metadata"]["uid"]
-    selector = f"{POOL_LABEL}={pool}"
-    services = client.CoreV1Api(api_client).list_namespaced_service(
-        namespace, label_selector=selector
-    )
-    own = {s.metadata.name: s for s in services.items if not foreign_reason(s, pool, uid)}
-    slices = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
-        namespace, label_selector=selector
-    )
-    urls: set[str] = set()
-    foreign = []
-    for sl in slices.items:
-        service = own.get((sl.metadata.labels or {}).get(SERVICE_NAME_LABEL, ""))
-        if service is None or not slice_of(sl, service, pool, uid):
-            foreign.append(sl.metadata.name)
-            continue
-        urls |= slice_urls(sl)
-    return sorted(urls), sorted(foreign)

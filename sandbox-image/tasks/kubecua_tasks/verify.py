@@ -5,9 +5,13 @@ across the desktops, and judged into a TaskRecord of the verified manifest
 
 Each desktop has one worker that takes the next episode from a shared queue, so a slow task
 never holds up the others and every desktop stays busy until the queue is empty; repeats are
-queued round by round, so a task's repeats usually run on different desktops. A desktop that
-answers 409 (another client holds it: a pool shared with a trainer) or 503 right after a reset
-hands the episode back to the queue and waits a moment, as the trainer's leases do
+queued round by round, so a task's repeats usually run on different desktops. The desktops may
+change while it runs (a pool followed by pool.PoolWatch): a new one gets a worker at once, one
+that leaves the pool is not leased again once its episode in flight ends, and while a pool has
+none to lease verification waits for one (WAIT_FOR_SANDBOXES), where a fixed list fails.
+
+A desktop that answers 409 (another client holds it: a pool shared with a trainer) or 503 right
+after a reset hands the episode back to the queue and waits a moment, as the trainer's leases do
 (trainer/kubecua_trainer/sources/leases.py). A desktop whose reset is not clean is retired:
 the episode server has quarantined it; one that stops answering is retired too, and its
 episode goes back to the queue for another desktop.
@@ -23,6 +27,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +54,7 @@ from kubecua_sandbox_client import (
     is_success,
     starts_agree,
 )
+from kubecua_tasks.pool import Sandboxes
 
 # Small JPEG observations: verification reads scores; the fingerprint is taken by the server
 # at full size. Settling as for a GUI agent, so the first screen is the app drawn, not loading.
@@ -56,6 +62,8 @@ OBS = ObservationOptions(format="jpeg", max_pixels=320 * 180)
 SETTLE = SettleOptions(min_seconds=0.2, max_seconds=4.0, stable_frames=2)
 BUSY_WAIT = 2.0
 MAX_REQUEUES = 150  # about five minutes of a busy pool per episode, then it is recorded failed
+WAIT_FOR_SANDBOXES = 300.0  # a pool with episodes left and no sandbox to lease: then it fails
+Connect = Callable[[str, str | None], SandboxClient]
 
 
 class DesktopLost(Exception):
@@ -186,10 +194,21 @@ def judge(task: Task, episodes: list[EpisodeRecord]) -> TaskRecord:
 
 
 async def verify(
-    folder: Path, urls: list[str], token: str | None, repeats: int = 2, a11y: bool = False
+    folder: Path,
+    sandboxes: list[str] | Sandboxes,
+    token: str | None,
+    repeats: int = 2,
+    a11y: bool = False,
+    connect: Connect | None = None,
+    wait_for_sandboxes: float = WAIT_FOR_SANDBOXES,
 ) -> VerifiedManifest:
+    """Play and judge every task under `folder` on `sandboxes`: a list of episode URLs, or a
+    Sandboxes set that may change while this runs (a pool: pool.PoolWatch), each URL leased by
+    one worker at a time. `connect` makes a URL's client (a benchmark's stand-in server)."""
     if repeats < 2:
         raise ValueError("repeats: at least 2, or a flaky task cannot show")
+    pool = sandboxes if isinstance(sandboxes, Sandboxes) else Sandboxes(sandboxes)
+    connect = connect or (lambda url, token: SandboxClient(url, token, timeout=300))
     tasks, digest = load_folder(folder)
     queue: asyncio.Queue[Job] = asyncio.Queue()
     for attempt in range(repeats):
@@ -199,20 +218,36 @@ async def verify(
     done: dict[str, list[EpisodeRecord]] = {t.id: [] for t in tasks}
     t0 = time.monotonic()
     lost: list[str] = []
+    played: dict[str, None] = {}  # the URLs episodes ran on, in order
+    # A URL retired (lost, or its reset not clean) is not leased again while the pool names it;
+    # once it leaves the pool it is forgotten, so a sandbox that comes back is leased again.
+    retired: set[str] = set()
+    playing: set[str] = set()  # URLs in an episode now: a worker is stopped only between them
+
+    def put_back(job: Job) -> None:
+        queue.put_nowait(job)
+        queue.task_done()  # the job counts once in queue.join(), however often it is requeued
 
     async def worker(url: str) -> None:
-        async with SandboxClient(url, token, timeout=300) as sb:
-            while not queue.empty():
-                job = queue.get_nowait()
+        async with connect(url, token) as sb:
+            while url in pool.urls:
+                job = await queue.get()
+                playing.add(url)
                 try:
                     rec = await _play(sb, url, job, a11y)
                 except DesktopLost:
-                    queue.put_nowait(job)
+                    put_back(job)
                     lost.append(url)
+                    retired.add(url)
                     return
+                except BaseException:
+                    put_back(job)
+                    raise
+                finally:
+                    playing.discard(url)
                 if rec is None and job.requeued < MAX_REQUEUES:
                     job.requeued += 1
-                    queue.put_nowait(job)
+                    put_back(job)
                     await asyncio.sleep(BUSY_WAIT)
                     continue
                 if rec is None:
@@ -224,15 +259,59 @@ async def verify(
                         seconds=0.0,
                         error="no free desktop",
                     )
+                else:
+                    played[url] = None
                 done[job.task.id].append(rec)
+                queue.task_done()
                 if rec.error and "desktop retired" in rec.error:
+                    retired.add(url)
                     return
 
-    await asyncio.gather(*(worker(u) for u in urls))
-    if not queue.empty():
-        raise RuntimeError(
-            f"{queue.qsize()} episodes left unplayed: every desktop was retired (lost: {lost})"
-        )
+    workers: dict[str, asyncio.Task[None]] = {}
+    finished = asyncio.create_task(queue.join())
+    idle_since: float | None = None  # when the last worker stopped with episodes left
+    try:
+        while not finished.done():
+            ready = pool.urls
+            retired &= ready | workers.keys()
+            for url in ready - workers.keys() - retired:
+                workers[url] = asyncio.create_task(worker(url), name=f"verify {url}")
+            for url, w in workers.items():
+                if url not in ready and url not in playing:
+                    w.cancel()  # gone from the pool: no next lease (an episode in flight ends)
+            live = [w for w in workers.values() if not w.done()]
+            wait: float | None = None
+            if live:
+                idle_since = None
+            elif not pool.follows:
+                raise RuntimeError(
+                    f"{queue.qsize()} episodes left unplayed: every desktop was retired "
+                    f"(lost: {lost})"
+                )
+            else:
+                idle_since = idle_since or time.monotonic()
+                wait = idle_since + wait_for_sandboxes - time.monotonic()
+                if wait <= 0:
+                    raise RuntimeError(
+                        f"{queue.qsize()} episodes left unplayed: no sandbox to lease for "
+                        f"{wait_for_sandboxes:.0f} s (lost: {lost})"
+                    )
+            change = asyncio.create_task(pool.changed())
+            await asyncio.wait(
+                {finished, change, *live}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+            )
+            change.cancel()
+            for url, w in list(workers.items()):
+                if w.done():
+                    del workers[url]
+                    err = None if w.cancelled() else w.exception()
+                    if err is not None:
+                        raise err
+    finally:
+        finished.cancel()
+        for w in workers.values():
+            w.cancel()
+        await asyncio.gather(*workers.values(), return_exceptions=True)
     records = [judge(t, done[t.id]) for t in tasks]
     summary = Counter[str](r.verdict for r in records)
     summary["unreproducible-start"] = sum(r.reproducible_start is False for r in records)
@@ -241,7 +320,7 @@ async def verify(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         folder=str(folder),
         content_hash=digest,
-        sandboxes=[u for u in urls if u not in lost],
+        sandboxes=list(played),
         repeats=repeats,
         seconds=round(time.monotonic() - t0, 3),
         summary=dict(summary),

@@ -8,26 +8,32 @@ import sys
 
 from kubecua_api.taskmanifest import VerifiedManifest
 from kubecua_sandbox_client import read_token
-from kubecua_tasks.desktops import local_desktops, pool_urls
+from kubecua_tasks.desktops import local_desktops
 from kubecua_tasks.files import MANIFEST
 from kubecua_tasks.plugin import ParamError
+from kubecua_tasks.pool import PoolWatch
 from kubecua_tasks.verify import load_folder, verify
 
 
 async def _run(args: argparse.Namespace) -> VerifiedManifest:
     if args.pool:
         token = args.token_file.read_text().strip() if args.token_file else read_token()
+        watch = PoolWatch(args.pool, args.namespace)
         try:
-            urls, foreign = pool_urls(args.pool, args.namespace)
+            await watch.start()
         except LookupError as err:
             raise ParamError(f"--pool {args.pool}: {err}") from None
-        if foreign:
-            print(f"ignored slices the operator did not make for the pool: {', '.join(foreign)}")
-        if not urls:
-            raise ParamError(
-                f"--pool {args.pool}: no ready sandboxes in namespace {args.namespace}"
-            )
-        return await verify(args.dir, urls, token, args.repeats, args.a11y)
+        try:  # the pool is followed while verification runs: sandboxes come and go
+            if watch.foreign:
+                print(f"ignored slices the operator did not make for the pool: "
+                      f"{', '.join(sorted(watch.foreign))}")  # fmt: skip
+            if not watch.sandboxes.urls:
+                raise ParamError(
+                    f"--pool {args.pool}: no ready sandboxes in namespace {args.namespace}"
+                )
+            return await verify(args.dir, watch.sandboxes, token, args.repeats, args.a11y)
+        finally:
+            await watch.stop()
     async with local_desktops(args.desktops) as (urls, token):
         return await verify(args.dir, urls, token, args.repeats, args.a11y)
 
