@@ -4,7 +4,7 @@
 $(eval $(call python-project,tasks,sandbox-image/tasks))
 TASKS_PY := sandbox-image/tasks/.venv/bin/python
 
-.PHONY: check-tasks test-tasks bench-tasks
+.PHONY: check-tasks test-tasks bench-tasks bench-tasks-leasing
 LINT_TARGETS += check-tasks
 check-tasks: tasks-env ## every built-in family's files as its plugin writes them (make_tasks.py --check)
 	$(TASKS_PY) sandbox-image/tasks/make_tasks.py --check
@@ -17,3 +17,11 @@ test-tasks: tasks-env sandbox-env ## task plugins, and verification of offline-s
 # per-desktop efficiency, as JSON (docs/benchmarks.md). Starts its own desktops.
 bench-tasks: tasks-env sandbox-env ## JSON: task verification throughput and per-desktop efficiency at 1, 2, 4 local desktops
 	$(TASKS_PY) sandbox-image/tasks/bench/bench_tasks.py $(BENCH_ARGS)
+
+# Verification's leasing side at scale: a pool of 1,000 sandbox endpoints on a local control plane
+# with kwok nodes (its own, deleted after), followed as `--pool` does, and the verify engine
+# playing 6,000 instant episodes against one in-process stand-in episode server (kwok nodes run
+# nothing). JSON: discovery seconds, leases/s, episodes/s, fairness, peak RSS, double leases
+# (docs/benchmarks.md). BENCH_ARGS="--sandboxes 20" for a smoke run.
+bench-tasks-leasing: tasks-env setup-go ## JSON: discovery of a 1,000-sandbox pool on kwok, leases/s, episodes/s, fairness (stand-in episode server)
+	$(TASKS_PY) sandbox-image/tasks/bench/bench_leasing.py $(BENCH_ARGS)
