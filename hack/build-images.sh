@@ -14,7 +14,8 @@ repo=$(dirname "$here")
 cache=${KUBECUA_CACHE:-$HOME/.cache/kubecua}/images
 suite=bookworm
 base=docker.io/library/debian:$suite
-declare -A IMAGES=([sandbox]=sandbox-image/Dockerfile [operator]=operator/Dockerfile [trainer]=trainer/Dockerfile)
+declare -A IMAGES=([sandbox]=sandbox-image/Dockerfile [operator]=operator/Dockerfile [trainer]=trainer/Dockerfile
+  [tasks]=sandbox-image/tasks/Dockerfile)
 # runc: crun refuses this host's cgroup layout; the host's hard rlimits are below podman's defaults.
 PODMAN=(podman --runtime runc)
 LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)

@@ -44,6 +44,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads"),  # Kueue's, for queued runs
     "SandboxPool": ("/apis/kubecua.dev/v1alpha1", "sandboxpools"),
     "TrainingRun": ("/apis/kubecua.dev/v1alpha1", "trainingruns"),
+    "TaskVerification": ("/apis/kubecua.dev/v1alpha1", "taskverifications"),
 }
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"  # JSON is YAML: the client sends the dict as JSON

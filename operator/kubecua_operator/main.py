@@ -24,6 +24,7 @@ from kubecua_operator.sandboxpool import loop as pools
 from kubecua_operator.sandboxpool import view as pool_view
 from kubecua_operator.sandboxpool.backends.external import SLICE_MANAGER
 from kubecua_operator.sandboxpool.model import summarize_object, summarize_pod, summarize_run_demand
+from kubecua_operator.taskverification import reconcile as verifications
 from kubecua_operator.trainingrun import reconcile as runs
 from kubecua_operator.trainingrun.model import bound_pool
 from kubecua_operator.trainingrun.status import summarize_job, summarize_trainer_pod
@@ -33,6 +34,7 @@ POOL, RUN = names.POOL_LABEL, names.RUN_LABEL
 IN_POOL: Any = {POOL: kopf.PRESENT}
 OUR_SLICES: Any = {POOL: kopf.PRESENT, "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER}
 TRAINER_JOB: Any = {RUN: kopf.PRESENT, names.COMPONENT_LABEL: "trainer"}  # Jobs and their pods
+VERIFIER_JOB: Any = {names.VERIFICATION_LABEL: kopf.PRESENT, names.COMPONENT_LABEL: "verifier"}
 
 
 @kopf.on.startup()
@@ -48,6 +50,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def cleanup(**_: Any) -> None:
     await POOL_LOOPS.stop_all()
     await RUN_LOOPS.stop_all()
+    await VERIFICATION_LOOPS.stop_all()
 
 
 @kopf.on.probe(id="apiReachable")
@@ -116,13 +119,20 @@ def _run_loop(live: loops.Live) -> Any:
     )
 
 
+def _verification_loop(live: loops.Live) -> Any:
+    return verifications.verification_loop(
+        live, _INDEXES["verifier_jobs"], _INDEXES["pool_readiness"]
+    )
+
+
 POOL_LOOPS = loops.Loops(_pool_loop, while_deleting=True)
 RUN_LOOPS = loops.Loops(_run_loop)
+VERIFICATION_LOOPS = loops.Loops(_verification_loop)
 
 
 def _keep_indexes(kw: dict[str, Any]) -> None:
     for name in ("sandbox_pods", "sandbox_services", "sandbox_slices", "trainer_jobs",
-                 "pool_readiness", "trainer_pods", "run_demand"):  # fmt: skip
+                 "pool_readiness", "trainer_pods", "run_demand", "verifier_jobs"):  # fmt: skip
         _INDEXES[name] = kw[name]
 
 
@@ -161,6 +171,8 @@ async def wake_pool_and_runs(**kw: Any) -> None:
     wakeups.signal("SandboxPool", namespace, name)
     for run in kw["runs_by_pool"].get((namespace, name), []):
         wakeups.signal("TrainingRun", namespace, run)
+    for verification in kw["verifications_by_pool"].get((namespace, name), []):
+        wakeups.signal("TaskVerification", namespace, verification)
 
 
 @kopf.index("batch", "v1", "jobs", labels=TRAINER_JOB)
@@ -188,3 +200,28 @@ async def run_event(**kw: Any) -> None:
         wakeups.signal("SandboxPool", kw["namespace"], pool)
     RUN_LOOPS.observe(kw["type"], dict(kw["body"]))
     wakeups.signal("TrainingRun", kw["namespace"], kw["name"])
+
+
+# TaskVerification: one loop each (taskverification/reconcile.py), woken by its Job and its pool.
+@kopf.index("batch", "v1", "jobs", labels=VERIFIER_JOB)
+async def verifier_jobs(**kw: Any) -> dict:
+    key = (kw["namespace"], kw["labels"][names.VERIFICATION_LABEL])
+    return {key: summarize_job(dict(kw["body"]))}
+
+
+@kopf.index(G, V, "taskverifications")
+async def verifications_by_pool(**kw: Any) -> dict | None:
+    pool = (kw["spec"] or {}).get("poolRef")  # only a wake-up: the loop parses the spec
+    return {(kw["namespace"], pool): kw["name"]} if isinstance(pool, str) and pool else None
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=VERIFIER_JOB)
+async def wake_verification(**kw: Any) -> None:
+    wakeups.signal("TaskVerification", kw["namespace"], kw["labels"][names.VERIFICATION_LABEL])
+
+
+@kopf.on.event(G, V, "taskverifications")
+async def verification_event(**kw: Any) -> None:
+    _keep_indexes(kw)
+    VERIFICATION_LOOPS.observe(kw["type"], dict(kw["body"]))
+    wakeups.signal("TaskVerification", kw["namespace"], kw["name"])

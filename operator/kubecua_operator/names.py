@@ -28,6 +28,9 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # On a trainer's pods: the uid of their run, whose controller reference the admission guard
 # requires on the ServiceAccount they run as (charts/kubecua/templates/admissionpolicies.yaml).
 RUN_UID_ANNOTATION = f"{GROUP}/trainingrun-uid"
+# A TaskVerification's children carry its name; its verifier pods its uid, as a trainer's do.
+VERIFICATION_LABEL = f"{GROUP}/taskverification"
+VERIFICATION_UID_ANNOTATION = f"{GROUP}/taskverification-uid"
 TOKEN_MOUNT = "/var/run/kubecua/sandbox-token"
 MIN_TOKEN_BYTES = 16
 # Label domains the operator owns or that select traffic and workloads: a user's value for any
@@ -112,3 +115,7 @@ def run_labels(run: str, component: str) -> dict[str, str]:
 def run_child(run: str, suffix: str) -> str:
     """`run_child("qwen", "trainer")` is `qwen-trainer` (Job, headless Service, SA, Role)."""
     return f"{run}-{suffix}"
+
+
+def verification_labels(name: str, component: str) -> dict[str, str]:
+    return {VERIFICATION_LABEL: name, COMPONENT_LABEL: component, **MANAGED_BY}

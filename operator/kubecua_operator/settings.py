@@ -26,6 +26,10 @@ class Settings(BaseSettings):
     trainer_image: str = Field(
         "localhost/kubecua/trainer:dev", description="Default trainer image."
     )
+    tasks_image: str = Field(
+        "localhost/kubecua/tasks:dev",
+        description="Default TaskVerification image (kubecua-tasks and the built-in families).",
+    )
     sglang_image: str = Field("lmsysorg/sglang:v0.5.3", description="sglang server image.")
     resync_seconds: float = Field(10.0, gt=0, description="Reconcile at least this often.")
     poll_seconds: float = Field(2.0, gt=0, description="Episode-server poll period.")

@@ -36,9 +36,11 @@ APPLY = {"create", "patch"}  # server-side apply: a patch, which may create
 OWNED_APPLY = APPLY | {"get"}  # read first: never applied onto someone else's namesake
 # Every verb the chart grants, resource by resource (docs/reliability.md says why each).
 GRANTED = {
-    "sandboxpools.kubecua.dev": {"list", "watch", "patch"},
+    "sandboxpools.kubecua.dev": {"get", "list", "watch", "patch"},  # get: a verifier's grant
     "trainingruns.kubecua.dev": {"get", "list", "watch", "patch"},
+    "taskverifications.kubecua.dev": {"list", "watch"},
     "sandboxpools.kubecua.dev/status": {"patch"},
+    "taskverifications.kubecua.dev/status": {"patch"},
     "trainingruns.kubecua.dev/status": {"get", "patch"},
     "pods": CRUD,
     "services": CRUD,

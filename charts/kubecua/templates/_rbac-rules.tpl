@@ -6,15 +6,19 @@ trainer's Role can be granted only because the operator holds every verb in it i
 escalation check), so no `escalate` or `bind`. */}}
 {{- define "kubecua.operatorRules" -}}
 # Its own resources: kopf lists and watches them, and patches only to take off the finalizer an
-# operator before 0.2 put on them (this one adds none); get is held only to grant it to a trainer.
+# operator before 0.2 put on them (this one adds none); get is held only to grant it: a trainer
+# its run, a TaskVerification's verifier its pool (for the pool's uid).
 - apiGroups: [kubecua.dev]
   resources: [sandboxpools]
-  verbs: [list, watch, patch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [kubecua.dev]
   resources: [trainingruns]
   verbs: [get, list, watch, patch]
 - apiGroups: [kubecua.dev]
-  resources: [sandboxpools/status]
+  resources: [taskverifications]
+  verbs: [list, watch]
+- apiGroups: [kubecua.dev]
+  resources: [sandboxpools/status, taskverifications/status]
   verbs: [patch]
 - apiGroups: [kubecua.dev]
   resources: [trainingruns/status]
@@ -43,7 +47,8 @@ escalation check), so no `escalate` or `bind`. */}}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch]
-# A trainer's Role and RoleBinding (discover sandboxes, read its config, patch its status).
+# A trainer's or a verifier's Role and RoleBinding (discover sandboxes, read its config, patch
+# its status or write its manifest ConfigMap).
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, patch]
