@@ -59,6 +59,13 @@ class TaskVerificationSpec(ApiModel):
         description="Episodes of each solution of each task (at least 2, or a flaky task cannot"
         " show).",
     )
+    parallelism: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Lease at most this many of the pool's sandboxes at once (one episode each;"
+        " a retired sandbox frees its place); absent: every ready sandbox.",
+    )
     accessibility_tree: bool = Field(
         default=False,
         description="Also fingerprint each start's accessibility tree (start reproducibility).",

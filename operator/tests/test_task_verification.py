@@ -85,7 +85,7 @@ def test_pending_without_the_pool_and_no_job(kube, verification_crd, operator, n
 def test_the_job_runs_verify_on_the_pool_as_its_own_account(
     kube, verification_crd, operator, namespace
 ):
-    job, pod = start(kube, namespace, repeats=3, accessibilityTree=True)
+    job, pod = start(kube, namespace, repeats=3, parallelism=4, accessibilityTree=True)
     tv = kube.get("TaskVerification", namespace, "ck") or {}
     uid = tv["metadata"]["uid"]
     owner = job["metadata"]["ownerReferences"]
@@ -100,7 +100,7 @@ def test_the_job_runs_verify_on_the_pool_as_its_own_account(
         "--namespace", namespace, "--",
         "tasks", "verify", "/opt/kubecua/tasks/colourkeys/train", "--pool", "desks",
         "--namespace", namespace, "--token-file", "/var/run/kubecua/sandbox-token/token",
-        "--repeats", "3", "--manifest", "/tmp/verified.json", "--a11y",
+        "--repeats", "3", "--manifest", "/tmp/verified.json", "--max-sandboxes", "4", "--a11y",
     ]  # fmt: skip
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "PYTHONUNBUFFERED": "1",
@@ -263,6 +263,7 @@ BAD = [
     ({"tasks": {"path": "colourkeys/train"}}, "spec.tasks.path"),
     ({"poolRef": "Not_A_Name"}, "spec.poolRef"),
     ({"timeoutSeconds": 5}, "spec.timeoutSeconds"),
+    ({"parallelism": 0}, "spec.parallelism"),
     ({"resources": {"limits": {"cpu": "-1"}}}, "spec.resources.limits.cpu"),
     ({"image": "UPPER CASE"}, "spec.image"),
     ({"parallel": 3}, 'unknown field "spec.parallel"'),

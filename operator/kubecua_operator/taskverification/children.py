@@ -113,6 +113,8 @@ def verifier_command(v: Verification) -> list[str]:
     verify = ["tasks", "verify", spec.tasks.path, "--pool", spec.pool_ref,
               "--namespace", v.namespace, "--token-file", TOKEN_FILE,
               "--repeats", str(spec.repeats), "--manifest", MANIFEST_PATH]  # fmt: skip
+    if spec.parallelism:
+        verify += ["--max-sandboxes", str(spec.parallelism)]
     if spec.accessibility_tree:
         verify.append("--a11y")
     job = ["python", "-m", "kubecua_tasks.verify_job", "--config-map", manifest_name(v.name),

@@ -2,8 +2,8 @@
 
     kubecua tasks list [--params]
     kubecua tasks generate NAME [--param KEY=VALUE ...] --out DIR [--check]
-    kubecua tasks verify DIR [--desktops N | --pool NAME [--namespace NS] --token-file F]
-                             [--repeats 2] [--manifest DIR/verified.json]
+    kubecua tasks verify DIR [--desktops N | --pool NAME [--namespace NS] --token-file F
+                             [--max-sandboxes N]] [--repeats 2] [--manifest DIR/verified.json]
 
 Errors say what to fix and exit 2 (bad input) or 1 (a check that failed)."""
 
@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("--namespace", default="default", help="the pool's namespace")
     ver.add_argument("--token-file", type=Path, help="the pool's bearer token (its Secret's value)")
     ver.add_argument("--repeats", type=int, default=2, help="episodes of each solution (>= 2)")
+    ver.add_argument("--max-sandboxes", type=int, help="with --pool: at most N sandboxes at once")
     ver.add_argument("--manifest", type=Path, help="where to write it (default DIR/verified.json)")
     ver.add_argument("--a11y", action="store_true", help="fingerprint the accessibility tree too")
     return top

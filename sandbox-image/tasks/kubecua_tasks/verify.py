@@ -201,10 +201,12 @@ async def verify(
     a11y: bool = False,
     connect: Connect | None = None,
     wait_for_sandboxes: float = WAIT_FOR_SANDBOXES,
+    max_sandboxes: int | None = None,
 ) -> VerifiedManifest:
     """Play and judge every task under `folder` on `sandboxes`: a list of episode URLs, or a
     Sandboxes set that may change while this runs (a pool: pool.PoolWatch), each URL leased by
-    one worker at a time. `connect` makes a URL's client (a benchmark's stand-in server)."""
+    one worker at a time, at most `max_sandboxes` at once (a retired one frees its place).
+    `connect` makes a URL's client (a benchmark's stand-in server)."""
     if repeats < 2:
         raise ValueError("repeats: at least 2, or a flaky task cannot show")
     pool = sandboxes if isinstance(sandboxes, Sandboxes) else Sandboxes(sandboxes)
@@ -274,7 +276,8 @@ async def verify(
         while not finished.done():
             ready = pool.urls
             retired &= ready | workers.keys()
-            for url in ready - workers.keys() - retired:
+            room = len(ready) if max_sandboxes is None else max_sandboxes - len(workers)
+            for url in sorted(ready - workers.keys() - retired)[: max(room, 0)]:
                 workers[url] = asyncio.create_task(worker(url), name=f"verify {url}")
             for url, w in workers.items():
                 if url not in ready and url not in playing:

@@ -31,7 +31,10 @@ async def _run(args: argparse.Namespace) -> VerifiedManifest:
                 raise ParamError(
                     f"--pool {args.pool}: no ready sandboxes in namespace {args.namespace}"
                 )
-            return await verify(args.dir, watch.sandboxes, token, args.repeats, args.a11y)
+            return await verify(
+                args.dir, watch.sandboxes, token, args.repeats, args.a11y,
+                max_sandboxes=args.max_sandboxes,
+            )  # fmt: skip
         finally:
             await watch.stop()
     async with local_desktops(args.desktops) as (urls, token):
@@ -45,6 +48,8 @@ def verify_command(args: argparse.Namespace) -> None:
         raise ParamError(f"--repeats {args.repeats}: at least 2, or a flaky task cannot show")
     if args.desktops < 1:
         raise ParamError(f"--desktops {args.desktops}: at least 1")
+    if args.max_sandboxes is not None and (args.max_sandboxes < 1 or not args.pool):
+        raise ParamError(f"--max-sandboxes {args.max_sandboxes}: at least 1, with --pool")
     try:
         load_folder(args.dir)
     except ValueError as err:
