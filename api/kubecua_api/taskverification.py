@@ -16,9 +16,11 @@ from pydantic import Field
 
 from kubecua_api.common import ApiModel, Condition, DateTime, Image, Quantity, conditions
 
+# The key of the manifest in <name>-manifest, the one a TrainingRun's configMapRef mounts.
+from kubecua_api.taskverify import MANIFEST_KEY as MANIFEST_KEY
+
 TASKVERIFICATION_KIND: Final = "TaskVerification"
 TASKVERIFICATION_PLURAL: Final = "taskverifications"
-MANIFEST_KEY: Final = "verified.json"  # the key of the manifest in <name>-manifest
 TASKS_ROOT: Final = "/opt/kubecua/tasks"  # the built-in families' folders in the tasks image
 TASK_FOLDER_PATTERN = r"^/[^:]*$"  # absolute; ':' would not survive the Job's argument list
 

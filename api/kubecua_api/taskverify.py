@@ -5,11 +5,16 @@ started from different screens. docs/tasks.md."""
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kubecua_api.common import ApiModel
+
+MANIFEST_KEY: Final = "verified.json"  # the key of a manifest ConfigMap (TaskVerification's)
+# The trainer's own mounts and the kernel's: a manifest file mounted there would clash.
+RESERVED_MOUNTS = re.compile(r"/(etc/kubecua|var/run/kubecua|dev|proc|sys)(/.*)?")  # fullmatch
 
 
 class VerifiedTasksConfig(ApiModel):
@@ -21,10 +26,33 @@ class VerifiedTasksConfig(ApiModel):
         " verified, are left out; a task whose content differs from what the manifest verified"
         " refuses the run (the manifest is older than the task).",
     )
+    config_map_ref: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="A ConfigMap holding the manifest under key verified.json, such as a"
+        " TaskVerification's <name>-manifest: the operator mounts that key read-only as the file"
+        " `manifest` in the trainer's pods (an absolute path outside /etc/kubecua,"
+        " /var/run/kubecua, /dev, /proc and /sys). Only a ConfigMap the run's author may read"
+        " (the chart's admission policies). Absent: `manifest` is in the image or a volume.",
+    )
     require_reproducible_start: bool = Field(
         default=True,
         description="Also leave out verified tasks whose repeats started from different screens.",
     )
+
+    @model_validator(mode="after")
+    def _mounted_where_it_can_be(self) -> VerifiedTasksConfig:
+        if self.config_map_ref is None:
+            return self
+        path = self.manifest
+        if not path.startswith("/") or path.endswith("/") or RESERVED_MOUNTS.fullmatch(path):
+            raise ValueError(
+                f"manifest {path!r}: with configMapRef it is where the manifest is mounted: an"
+                " absolute file path outside /etc/kubecua, /var/run/kubecua, /dev, /proc and /sys"
+            )
+        return self
 
 
 class VerifiedTasksStatus(ApiModel):

@@ -22,6 +22,7 @@ from kubecua_operator.k8s import Kube
 
 from .conftest import REPO, wait_until
 from .helpers import condition, live, pool_manifest, set_pod_status, wait_pool
+from .test_trainingrun_lifecycle import run_manifest
 
 Obj = dict[str, Any]
 OFF_NODES = {"requests": {"cpu": "100k"}}  # no kwok node fits: the pod stays Pending
@@ -316,3 +317,35 @@ def test_the_example_is_accepted_as_it_is(cluster, verification_crd, namespace):
         check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+VERIFIED = {"manifest": "/verified/verified.json", "configMapRef": "ck-manifest"}
+
+
+def test_a_run_mounts_the_manifest_of_a_verification_as_its_file(kube, operator, namespace):
+    kube.create(pool_manifest("desks", namespace, 2))
+    wait_pool(kube, namespace, "desks", ready=2)
+    tasks = {"configMapRef": "osworld", "verified": VERIFIED}
+    kube.create(run_manifest(namespace, tasks=tasks))
+    job = wait_until(lambda: kube.get("Job", namespace, "qwen-trainer"), 60, "the trainer Job")
+    spec = job["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "verified-tasks"]
+    assert volume["configMap"]["name"] == "ck-manifest"
+    assert volume["configMap"]["items"] == [{"key": "verified.json", "path": "verified.json"}]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "verified-tasks"]
+    assert (mount["mountPath"], mount["subPath"], mount["readOnly"]) == (
+        "/verified/verified.json",
+        "verified.json",
+        True,
+    )
+
+
+@pytest.mark.parametrize("path", ["/etc/kubecua/verified.json", "verified.json", "/dev/x", "/v/"])
+def test_a_manifest_mounted_onto_the_trainers_own_mounts_is_refused(
+    cluster, verification_crd, namespace, path
+):
+    tasks = {"configMapRef": "osworld", "verified": {**VERIFIED, "manifest": path}}
+    doc = json.dumps(run_manifest(namespace, tasks=tasks))
+    proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=doc, check=False)
+    assert proc.returncode != 0
+    assert "spec.tasks.verified.manifest: with configMapRef" in proc.stderr, proc.stderr

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubecua_api.constants import POOL_UID_ENV
+from kubecua_api.taskverify import MANIFEST_KEY
 from kubecua_api.trainingrun import TrainerConfig, TrainerResources
 from kubecua_operator import names
 from kubecua_operator.settings import Settings
@@ -135,6 +136,19 @@ def volumes_and_mounts(run: Run, pool_token: str | None = None) -> tuple[list[Ob
     if secret:
         volumes.append({"name": "sandbox-token", "secret": {"secretName": secret}})
         mounts.append({"name": "sandbox-token", "mountPath": names.TOKEN_MOUNT, "readOnly": True})
+    verified = spec.tasks.verified
+    if verified is not None and verified.config_map_ref:
+        # Only the manifest's key, as the one file spec.tasks.verified.manifest (subPath: the
+        # folder it lies in keeps the rest of its content, e.g. the tasks beside it).
+        items = [{"key": MANIFEST_KEY, "path": MANIFEST_KEY}]
+        volumes.append(
+            {
+                "name": "verified-tasks",
+                "configMap": {"name": verified.config_map_ref, "items": items},
+            }
+        )
+        mounts.append({"name": "verified-tasks", "mountPath": verified.manifest,
+                       "subPath": MANIFEST_KEY, "readOnly": True})  # fmt: skip
     return volumes + _model_volumes(spec), mounts + _model_mounts(spec)
 
 
