@@ -4,7 +4,7 @@ Only training uses it. Success keeps one definition (the evaluator's score at th
 threshold), and evaluations, status and the success metrics read the evaluator's score alone.
 Every term is off (weight 0) except the evaluator's score (weight 1), so a spec without
 spec.reward trains on the score as before. The trainer computes the terms in
-kubecua_trainer/reward.py; docs/api.md's tables come from the descriptions below.
+kubecua_trainer/learning/reward.py; docs/api.md's tables come from the descriptions below.
 """
 
 from __future__ import annotations

@@ -442,7 +442,7 @@ class TrainerConfig(ApiModel):
         " style); meant for model.dtype bfloat16. Unset: on with bfloat16 parameters when those"
         " would take more than a quarter of the GPU.",
     )
-    # Issue 31 item 4; the trainer's side is kubecua_trainer/placement.py. Declared after nodes
+    # Issue 31 item 4; the trainer's side is kubecua_trainer/placement/. Declared after nodes
     # and gpusPerNode so the validators below see them and name these fields.
     placement: Literal["colocated", "disaggregated"] = Field(
         default="colocated",

@@ -351,7 +351,7 @@ BAD = [
         with_spec(RUN, tasks={"configMapRef": "t", "curriculum": {"floor": 0}}),
         "spec.tasks.curriculum.floor",
     ),
-    # issue 31 item 4: the disaggregated placement (kubecua_trainer/placement.py)
+    # issue 31 item 4: the disaggregated placement (kubecua_trainer/placement/placement.py)
     (
         "disaggregated on one process",
         with_spec(RUN, trainer={"placement": "disaggregated", "gpusPerNode": 1}),

@@ -115,7 +115,8 @@ def test_run_waits_for_sandboxes_then_creates_its_children(cluster, kube, operat
 
 def test_trainer_status_patches_are_kept_and_printed(cluster, kube, operator, namespace):
     start_run(kube, namespace)
-    # What kubecua_trainer.status does from outside the cluster: a merge patch of its own fields.
+    # What kubecua_trainer.telemetry.status does from outside the cluster: a merge patch of its
+    # own fields.
     progress = {
         "step": 7,
         "totalSteps": 20,

@@ -651,7 +651,7 @@ def test_trainer_pod_trains_its_grpo_steps_on_the_real_node_and_patches_status(t
 
 
 def test_recorded_sandbox_seconds_agree_with_the_leases_the_episode_servers_report(training):
-    """status.cost (trainer/kubecua_trainer/cost.py), over both trainer pods of the suspended
+    """status.cost (kubecua_trainer/telemetry/cost.py), over both trainer pods of the suspended
     and resumed run, against the episode servers' own lease histograms: every lease of the run
     (training, the two evaluations, and what the suspend abandoned) is counted once. The trainer
     times a lease from its start request to its release's answer, the server from receiving

@@ -5,7 +5,9 @@ of the trainer (trainer/tests/test_import_layers.py) and the operator
 - upward imports: a module of a subpackage (kubecua_trainer.warmup, kubecua_operator.trainingrun,
   ...) imports a module outside it that imports the subpackage back, directly or through others;
 - mutual imports: two modules that import each other. Such a pair means one of them holds what
-  the other needs, and it belongs in a third.
+  the other needs, and it belongs in a third;
+- tier violations: a package's rooms (its subpackages) stacked in a table of tiers, top first;
+  a room's module imports no room of its own tier or one above it, and every room is in the table.
 Imports under `if TYPE_CHECKING:` never run: import_graph leaves them out unless types_too.
 """
 
@@ -93,3 +95,33 @@ def upward_imports(graph: Graph) -> list[tuple[str, str]]:
 def mutual_imports(graph: Graph) -> list[tuple[str, str]]:
     """Pairs of modules that import each other (each pair once, in name order)."""
     return sorted({(a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, ())})
+
+
+def tier_violations(
+    graph: Graph, package: str, tiers: list[tuple[str, ...]]
+) -> list[tuple[str, str]]:
+    """(module, import) pairs where a module of one of package's rooms (its subpackages) imports a
+    room of the same tier or a tier above (tiers: the rooms' names, the top tier first), and
+    (module, "") for a module of a room the table leaves out. The package's own top-level modules
+    are no room: upward_imports keeps them out of circles."""
+    tier = {room: i for i, rooms in enumerate(tiers) for room in rooms}
+
+    def room(module: str) -> str | None:
+        if not inside(module, package) or module == package:
+            return None
+        parts = module[len(package) + 1 :].split(".")
+        return parts[0] if len(parts) > 1 or parts[0] in tier else None
+
+    bad = []
+    for module, imported in graph.items():
+        own = room(module)
+        if own is None:
+            continue
+        if own not in tier:
+            bad.append((module, ""))
+            continue
+        for target in imported:
+            other = room(target)
+            if other is not None and other != own and tier.get(other, -1) <= tier[own]:
+                bad.append((module, target))
+    return sorted(set(bad))

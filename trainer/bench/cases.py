@@ -17,8 +17,8 @@ import torch
 from bench.flops import train_flops
 from bench.shapes import bench_policy, build_model, flop_shape, synthetic_sample
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import model_inputs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import model_inputs
 from kubecua_trainer.speedups.attention import use_varlen_vision_attention
 from kubecua_trainer.speedups.checkpointing import set_checkpointing
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths, linear_patch_embed

@@ -28,9 +28,9 @@ import torch
 
 from bench.cases import ALGO
 from bench.shapes import bench_policy, build_model, synthetic_sample
-from kubecua_trainer.distributed import Dist, init_from_env, shutdown
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.sharded import refresh_weights, shard_policy
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.sharded import refresh_weights, shard_policy
+from kubecua_trainer.parallel.distributed import Dist, init_from_env, shutdown
 from kubecua_trainer.speedups.checkpointing import set_checkpointing
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths, compile_layers
 

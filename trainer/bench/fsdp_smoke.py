@@ -25,9 +25,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from bench.cases import ALGO
 from bench.shapes import bench_policy, build_model, synthetic_sample
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import token_logprobs
-from kubecua_trainer.loss import LossCoefficients, token_loss
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import token_logprobs
+from kubecua_trainer.learning.loss import LossCoefficients, token_loss
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.checkpointing import layer_stacks, set_checkpointing
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths

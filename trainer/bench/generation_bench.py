@@ -46,7 +46,7 @@ from bench.shapes import CONFIGS, TOKEN_IDS
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.embedded.static import generate_batch
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths
 from kubecua_trainer.tokens import Sample

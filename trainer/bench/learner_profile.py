@@ -52,8 +52,8 @@ from bench.cases import ALGO
 from bench.flops import train_flops
 from bench.learner_bench import cap_memory
 from bench.shapes import bench_policy, build_model, flop_shape, synthetic_sample
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.speedups.attention import text_attention
 from kubecua_trainer.speedups.checkpointing import set_checkpointing
 from kubecua_trainer.speedups.fast_paths import apply_fast_paths

@@ -85,7 +85,7 @@ def world() -> tuple[int, int]:
 def desktops_per_process(a: argparse.Namespace) -> int:
     """Stand-in desktops each process starts: a step's episodes over the processes that play
     them (every process, or a disaggregated run's generators, placement.default_generating)."""
-    from kubecua_trainer.placement import default_generating
+    from kubecua_trainer.placement.placement import default_generating
 
     _, w = world()
     players = w
@@ -435,8 +435,8 @@ async def one_mode(
 ) -> dict[str, Any] | None:
     """The mode's figures on rank 0; None on the other processes of a torchrun world."""
     from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
+    from kubecua_trainer.run.train import RunOptions, train
     from kubecua_trainer.sources.static import StaticSource
-    from kubecua_trainer.train import RunOptions, train
 
     staleness, placement = MODES[mode]
     urls = [s.url for s in sandboxes]
@@ -479,7 +479,7 @@ def write_generator_figures(engine: Any, a: argparse.Namespace) -> None:
     """Rank 0 learns in the disaggregated placement, so its file has no generation figures; the
     first generator writes its own: the engine's counters and its busy intervals (time.time(),
     the clock of rank 0's measured window)."""
-    from kubecua_trainer.placement import default_generating
+    from kubecua_trainer.placement.placement import default_generating
 
     rank, w = world()
     b = getattr(engine, "scheduler", None)

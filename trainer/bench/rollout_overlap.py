@@ -36,11 +36,11 @@ import torch
 from transformers import AutoConfig, AutoModelForImageTextToText, GenerationConfig
 
 from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import REPO, LocalSource
 from kubecua_trainer.sources.static import StaticSource
 from kubecua_trainer.tiny_models import build_tiny_model
-from kubecua_trainer.train import RunOptions, train
 
 TASKS = REPO / "sandbox-image" / "tasks"
 HEAD_DIM = 16  # the tiny model's head size: its mrope sections [4, 2, 2] cover 16 / 2 frequencies

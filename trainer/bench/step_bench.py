@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModelForImageTextToText
 from bench.testing.images import screenshot
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.model import load_policy
 from kubecua_trainer.tiny_models import build_processor, train_tokenizer
 from kubecua_trainer.tokens import Conversation

@@ -239,9 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run.spec.model_dump(by_alias=True, exclude_none=True), indent=2))
         return 0
     # torch is imported only when running
-    from kubecua_trainer.saver import run_dirs
+    from kubecua_trainer.run.saver import run_dirs
+    from kubecua_trainer.run.train import RunOptions, train
     from kubecua_trainer.speedups.cpu_threads import limit_cpu_threads
-    from kubecua_trainer.train import RunOptions, train
     from kubecua_trainer.warmup.goal import WarmupBelowGoal
 
     # A pod's log is what kubectl logs shows, so there the records stay on the terminal too.

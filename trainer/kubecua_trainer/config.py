@@ -127,7 +127,7 @@ def _resolve_paths(spec: TrainingRunSpec, base: Path) -> None:
 def load_from_cluster(name: str, namespace: str, api: Any = None) -> TrainingRun:
     """Read the live TrainingRun object through the kubernetes client (in-cluster or kubeconfig)."""
     if api is None:
-        from kubecua_trainer.status import custom_objects_api
+        from kubecua_trainer.telemetry.status import custom_objects_api
 
         api = custom_objects_api()
     obj = api.get_namespaced_custom_object(GROUP, VERSION, namespace, TRAININGRUN_PLURAL, name)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kubecua_trainer.advantage import credit_turns, grpo_advantages, is_zero_variance
-from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig, ReplayConfig
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.learning.advantage import credit_turns, grpo_advantages, is_zero_variance
+from kubecua_trainer.learning.batch import assemble_batch
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.tokens import Sample

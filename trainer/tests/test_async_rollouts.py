@@ -19,14 +19,14 @@ from test_metrics import free_port
 from test_train import local_run
 
 from bench.testing.bandit import play_bandit
-from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.batch import assemble_batch, episodes_of
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.sharded import generation_copy, refresh_weights
 from kubecua_trainer.model import Policy
-from kubecua_trainer.sharded import generation_copy, refresh_weights
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 
 @pytest.mark.asyncio

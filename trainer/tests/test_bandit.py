@@ -14,10 +14,10 @@ import asyncio
 import torch
 
 from bench.testing.bandit import play_bandit
-from kubecua_trainer.batch import assemble_batch, episodes_of
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.batch import assemble_batch, episodes_of
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.model import Policy
 
 GROUP, TASKS, STEPS, NEW_TOKENS = 8, 2, 12, 3

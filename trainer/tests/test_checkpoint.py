@@ -14,19 +14,19 @@ import pytest
 import torch
 
 from bench.testing.images import screenshot
-from kubecua_trainer.batch import assemble_batch
-from kubecua_trainer.checkpoint import (
+from kubecua_trainer.config import AlgorithmConfig, ReplayConfig
+from kubecua_trainer.engines.base import SamplingParams
+from kubecua_trainer.engines.hf import HFEngine
+from kubecua_trainer.learning.batch import assemble_batch
+from kubecua_trainer.learning.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
     save_checkpoint,
 )
-from kubecua_trainer.config import AlgorithmConfig, ReplayConfig
-from kubecua_trainer.engines.base import SamplingParams
-from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.tokens import Conversation

@@ -20,7 +20,7 @@ from torch._dynamo.utils import counters
 from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import load_policy
 from kubecua_trainer.speedups.checkpointing import layer_stacks
 from kubecua_trainer.speedups.fast_paths import compile_layers

@@ -12,9 +12,9 @@ from prometheus_client import generate_latest
 
 from kubecua_api.cost import CostConfig
 from kubecua_trainer.config import API_VERSION, KIND, ConfigError, parse_training_run
-from kubecua_trainer.cost import LEDGER, CostLedger, Spent, figures, gpus_held, publish
-from kubecua_trainer.metrics import TrainerMetrics
-from kubecua_trainer.status import build_cost_status
+from kubecua_trainer.telemetry.cost import LEDGER, CostLedger, Spent, figures, gpus_held, publish
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
+from kubecua_trainer.telemetry.status import build_cost_status
 
 PRICES = CostConfig(price_per_sandbox_hour=0.25, price_per_gpu_hour=2.0)
 

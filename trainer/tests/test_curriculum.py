@@ -19,9 +19,9 @@ from test_train import local_run
 from kubecua_api.curriculum import CurriculumConfig
 from kubecua_api.lora import LoraConfig
 from kubecua_trainer.rollout.curriculum import Curriculum
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.status import build_curriculum_status
-from kubecua_trainer.train import RunOptions, train
+from kubecua_trainer.telemetry.status import build_curriculum_status
 
 CFG = CurriculumConfig.model_validate({"band": {"low": 0.2, "high": 0.8}, "floor": 0.1})
 TASKS = [{"id": f"t{i}"} for i in range(10)]

@@ -24,7 +24,7 @@ from kubecua_trainer.config import (
     TrainingRunSpec,
     parse_training_run,
 )
-from kubecua_trainer.placement import Placement, default_generating, placement_of
+from kubecua_trainer.placement.placement import Placement, default_generating, placement_of
 
 
 def spec_with(trainer: dict, rollout: dict | None = None) -> TrainingRunSpec:

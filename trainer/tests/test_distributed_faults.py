@@ -40,8 +40,8 @@ from test_distributed_run import (
 from test_metrics import free_port
 
 from kubecua_sandbox_client import SandboxClient
-from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.launch import children
+from kubecua_trainer.learning.checkpoint import list_checkpoints
 from kubecua_trainer.sources.local import LocalSource
 from kubecua_trainer.sources.reclaim import episode_id, owner_of, reclaim
 

@@ -22,9 +22,9 @@ from kubecua_trainer.config import (
     ConfigError,
     parse_training_run,
 )
-from kubecua_trainer.distributed import balance_by_tokens, check_world, episode_owner
-from kubecua_trainer.learner import Learner, by_name
+from kubecua_trainer.learning.learner import Learner, by_name
 from kubecua_trainer.model import load_policy
+from kubecua_trainer.parallel.distributed import balance_by_tokens, check_world, episode_owner
 from kubecua_trainer.rollout.groups import Group, merge_groups
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.speedups.optimizer import MasterAdamW

@@ -22,8 +22,8 @@ import yaml
 from test_distributed_learner import TORCHRUN, TRAINER_DIR
 from test_metrics import free_port
 
-from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.config import API_VERSION, KIND
+from kubecua_trainer.learning.checkpoint import list_checkpoints
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.local import LocalSource, launcher_path
 

@@ -17,8 +17,8 @@ import pytest
 
 from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
 from kubecua_trainer.rollout.records import EXCLUDED
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.local import LocalSource, launcher_path
-from kubecua_trainer.train import RunOptions, train
 
 DEAD = "http://127.0.0.1:9"  # the discard port: connection refused
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.embedded.sequence import EngineRecord
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.tiny_models import build_tiny_model
 from kubecua_trainer.tokens import Conversation, build_turn_prompt
@@ -314,7 +314,7 @@ def _assert_the_learner_agrees(policy: Policy, conv: Conversation, logprobs: tor
 def test_cuda_graphs_capture_on_the_policys_gpu_when_it_is_not_gpu_0(tiny_model_dir: Path) -> None:
     """A process under torchrun owns cuda:LOCAL_RANK, but the engine's worker thread started on
     GPU 0: its graphs captured on GPU 0's stream while the forward ran on cuda:1, and the capture
-    failed (2 x H200, 2026-11-28; kubecua_trainer/threads.py). The worker sets its device first."""
+    failed (2 x H200, 2026-11-28; parallel/threads.py). The worker sets its device first."""
     policy = load_policy(str(tiny_model_dir), dtype="auto", device="cuda:1")
     conv = _played_from_graphs(policy, _sampling(policy, temperature=1.0))
     _assert_the_learner_agrees(policy, conv, _generated(conv)[1])

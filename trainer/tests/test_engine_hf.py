@@ -11,7 +11,7 @@ import torch
 from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.tokens import Conversation
 

@@ -26,8 +26,8 @@ from test_train import local_run
 from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import EngineError, SamplingParams
 from kubecua_trainer.engines.sglang import SGLangEngine, collapse_image_pads
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 PAD, STOP = 9, 2
 

@@ -16,10 +16,10 @@ import pytest
 from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_warmup_stage import supervised_step_dying_at, warm_run, write_demos
 
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.model import Policy
+from kubecua_trainer.run.train import RunOptions, Stop, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, Stop, train
 
 pytestmark = pytest.mark.asyncio
 

@@ -18,9 +18,9 @@ from kubecua_trainer.evaluation.results import write_osworld_task
 from kubecua_trainer.evaluation.runner import sampling_seed, seeded_sampling
 from kubecua_trainer.evaluation.scoring import TaskFigures, pass_at_k, summarize
 from kubecua_trainer.evaluation.stage import console_line, is_due
-from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
-from kubecua_trainer.status import build_evaluation_status
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
+from kubecua_trainer.telemetry.status import build_evaluation_status
 
 
 def episode(key: str, task_id: str, score: float | None, reason: str = "") -> EpisodeResult:

@@ -21,8 +21,8 @@ from test_metrics import free_port
 
 from kubecua_trainer import cli
 from kubecua_trainer.config import ConfigError
+from kubecua_trainer.run.train import RunOptions, Stop, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, Stop, train
 
 
 def evaluate_only(spec: dict, **evaluation: Any) -> dict:

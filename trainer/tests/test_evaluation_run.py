@@ -22,8 +22,8 @@ from test_metrics import free_port
 
 from kubecua_trainer import cli
 from kubecua_trainer.config import API_VERSION, KIND, TrainingRun, parse_training_run
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 # held-out task -> (domain folder, score its evaluator gives)
 HELD_OUT = {"h-open": ("files", 1.0), "h-save": ("files", 0.0), "h-find": ("web", 0.5)}

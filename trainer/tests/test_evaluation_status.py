@@ -17,9 +17,9 @@ from test_evaluation_run import ScoredSandbox, write_tasks
 
 from kubecua_trainer.config import API_VERSION, KIND, ConfigError, TasksConfig, parse_training_run
 from kubecua_trainer.rollout.tasks import load_tasks
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.status import GROUP, PLURAL, VERSION
-from kubecua_trainer.train import RunOptions, train
+from kubecua_trainer.telemetry.status import GROUP, PLURAL, VERSION
 
 require_control_plane()
 

@@ -16,10 +16,10 @@ from test_learner import make_sample
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.gpu_share import GpuShare
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.sharded import generation_copy
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.sharded import generation_copy
+from kubecua_trainer.parallel.gpu_share import GpuShare
 
 ALGO = AlgorithmConfig(learning_rate=1e-2, kl_coef=0.0)
 

@@ -13,8 +13,8 @@ import torch
 from bench.testing.images import screenshot
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.tokens import Conversation, Sample
 

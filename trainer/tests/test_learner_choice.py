@@ -5,7 +5,7 @@ offload where the fp32 masters would crowd the GPU; explicit settings win."""
 from __future__ import annotations
 
 from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
-from kubecua_trainer.learner_setup import explicit
+from kubecua_trainer.learning.learner_setup import explicit
 from kubecua_trainer.speedups.choice import GIB, Shape, Workload, choose, sample_tokens
 
 QWEN25_VL_3B = Shape(

@@ -14,11 +14,11 @@ import torch
 from test_learner import make_sample
 
 from kubecua_trainer.config import AlgorithmConfig, TrainingRunSpec
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.learner_setup import build_learner, defers_update
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.learner_setup import build_learner, defers_update
+from kubecua_trainer.learning.logprobs import token_logprobs
+from kubecua_trainer.learning.sharded import refresh_weights
 from kubecua_trainer.model import Policy
-from kubecua_trainer.sharded import refresh_weights
 from kubecua_trainer.speedups.optimizer import MasterAdamW
 
 

@@ -13,7 +13,7 @@ import torch
 
 from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.speedups.prefetch import PixelPrefetch
 from kubecua_trainer.tokens import Sample
 

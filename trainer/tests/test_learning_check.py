@@ -46,8 +46,8 @@ import yaml  # type: ignore[import-untyped]
 
 from bench.learning import run as bench
 from bench.learning.family import BENCH_PROMPT, TASKS, Family, expected_text, load, typed_text
-from kubecua_trainer.checkpoint import list_checkpoints
 from kubecua_trainer.engines.base import Generation
+from kubecua_trainer.learning.checkpoint import list_checkpoints
 from kubecua_trainer.model import load_policy
 from kubecua_trainer.rollout.agent import first_user_text, reply_text, system_prompt
 from kubecua_trainer.rollout.context import TrajectoryContext

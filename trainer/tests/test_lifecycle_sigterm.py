@@ -25,11 +25,11 @@ from test_metrics import free_port
 from test_status_and_pool_source import api, training_run  # noqa: F401  (the CRD fixture)
 from test_train import local_run
 
-from kubecua_trainer.checkpoint import checkpoint_time, list_checkpoints
 from kubecua_trainer.config import API_VERSION, KIND
+from kubecua_trainer.learning.checkpoint import checkpoint_time, list_checkpoints
+from kubecua_trainer.run.train import RunOptions, Stop, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.status import GROUP, PLURAL, VERSION
-from kubecua_trainer.train import RunOptions, Stop, train
+from kubecua_trainer.telemetry.status import GROUP, PLURAL, VERSION
 
 require_control_plane()
 TRAINER_DIR = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubecua_trainer.liveview import SANDBOXES, note_sandboxes
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.records import EpisodeResult
+from kubecua_trainer.telemetry.liveview import SANDBOXES, note_sandboxes
 
 NAMES = {"http://10.244.0.7:8000": "desks-0", "http://10.244.0.9:8000": "desks-2"}
 

@@ -24,14 +24,15 @@ from transformers import AutoModelForImageTextToText
 
 from bench.testing.images import screenshot
 from kubecua_api.lora import LoraConfig
-from kubecua_trainer.checkpoint import load_checkpoint, save_checkpoint
 from kubecua_trainer.cli import main
 from kubecua_trainer.config import AlgorithmConfig, ConfigError, parse_training_run
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.learner_setup import build_learner
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.checkpoint import load_checkpoint, save_checkpoint
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.learner_setup import build_learner
+from kubecua_trainer.learning.logprobs import token_logprobs
+from kubecua_trainer.learning.sharded import generation_copy, refresh_weights
 from kubecua_trainer.lora import (
     adapter_param_names,
     add_adapter,
@@ -39,7 +40,6 @@ from kubecua_trainer.lora import (
     module_key,
 )
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.sharded import generation_copy, refresh_weights
 from kubecua_trainer.tokens import Conversation, Sample
 
 ALGO = AlgorithmConfig(learning_rate=5e-2, group_size=2, dynamic_sampling=False)
@@ -69,7 +69,7 @@ def samples(policy: Policy, seed: int) -> list[Sample]:
 
 
 def logits(model: Any, policy: Policy, sample: Sample) -> torch.Tensor:
-    from kubecua_trainer.logprobs import model_inputs
+    from kubecua_trainer.learning.logprobs import model_inputs
 
     with torch.no_grad():
         return model(**model_inputs(policy, sample)).logits

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.logprobs import _chunk_logprobs
-from kubecua_trainer.loss import (
+from kubecua_trainer.learning.logprobs import _chunk_logprobs
+from kubecua_trainer.learning.loss import (
     AGGREGATIONS,
     LossCoefficients,
     sequence_loss,

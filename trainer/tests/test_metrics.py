@@ -8,8 +8,8 @@ import httpx
 from PIL import Image
 from prometheus_client import generate_latest
 
-from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
 
 
 def free_port() -> int:

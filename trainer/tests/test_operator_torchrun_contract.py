@@ -22,8 +22,8 @@ from test_metrics import free_port
 from test_status_and_pool_source import api, training_run  # noqa: F401  (the CRD fixture)
 from test_train import local_run
 
-from kubecua_trainer.checkpoint import list_checkpoints
-from kubecua_trainer.status import GROUP, PLURAL, VERSION
+from kubecua_trainer.learning.checkpoint import list_checkpoints
+from kubecua_trainer.telemetry.status import GROUP, PLURAL, VERSION
 
 require_control_plane()
 

@@ -19,9 +19,9 @@ from bench.shapes import bench_policy, build_model, image_grid, synthetic_sample
 from bench.testing.images import screenshot
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import model_inputs
-from kubecua_trainer.loss import LossCoefficients, token_loss
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import model_inputs
+from kubecua_trainer.learning.loss import LossCoefficients, token_loss
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.speedups.attention import use_varlen_vision_attention
 from kubecua_trainer.speedups.checkpointing import set_checkpointing, spread

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.tokens import Sample
 
 

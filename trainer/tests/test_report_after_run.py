@@ -23,8 +23,8 @@ from test_metrics import free_port
 from test_report_browser import ARGS, CHROMIUM
 
 from kubecua_trainer import cli
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright (trainer dev group)")
 pytestmark = pytest.mark.timeout(600)

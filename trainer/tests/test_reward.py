@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from kubecua_api.reward import RewardConfig, RewardPenalties
-from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig, ReplayConfig
-from kubecua_trainer.replay import SuccessReplay
-from kubecua_trainer.reward import RewardTerms, group_rewards, shaped_reward, terms_of
+from kubecua_trainer.learning.batch import assemble_batch
+from kubecua_trainer.learning.replay import SuccessReplay
+from kubecua_trainer.learning.reward import RewardTerms, group_rewards, shaped_reward, terms_of
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult, Turn
 from kubecua_trainer.tokens import Sample

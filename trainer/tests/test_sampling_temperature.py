@@ -14,12 +14,12 @@ from loopback_sandbox import TOKEN, LoopbackSandbox, task
 from test_rollout import make_rollout
 from test_train import local_run
 
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.rollout.groups import rollout_groups, scheduled_temperature
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 
 def test_schedule_is_linear_from_the_first_to_the_last_step() -> None:

@@ -15,13 +15,13 @@ import torch
 from kubecua_api.taskmanifest import EpisodeRecord, TaskRecord, VerifiedManifest, task_digest
 from kubecua_api.taskverify import VerifiedTasksConfig
 from kubecua_sandbox_client import StartFingerprint
-from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig, ConfigError
-from kubecua_trainer.metrics import TrainerMetrics
+from kubecua_trainer.learning.batch import assemble_batch
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult
 from kubecua_trainer.rollout.verified import publish_verified, select_verified
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
 from kubecua_trainer.tokens import Sample
 
 SCREEN = "0" * 64

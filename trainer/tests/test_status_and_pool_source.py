@@ -15,7 +15,7 @@ from kubernetes import client
 from kubecua_trainer.config import load_from_cluster
 from kubecua_trainer.sources.kube import PoolSource
 from kubecua_trainer.sources.leases import SandboxLeases
-from kubecua_trainer.status import (
+from kubecua_trainer.telemetry.status import (
     GROUP,
     PLURAL,
     VERSION,

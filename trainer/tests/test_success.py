@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kubecua_sandbox_client import is_success
-from kubecua_trainer.batch import Batch
+from kubecua_trainer.learning.batch import Batch
 from kubecua_trainer.rollout.records import SUCCESS_SCORE, EpisodeResult
 
 EDGES = [

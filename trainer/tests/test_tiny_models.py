@@ -12,7 +12,7 @@ import torch
 from bench.testing.images import screenshot
 from kubecua_trainer.engines.base import SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import load_policy
 from kubecua_trainer.tiny_models import SPECIAL_TOKENS, main
 from kubecua_trainer.tokens import Conversation

@@ -13,8 +13,8 @@ from loopback_sandbox import TOKEN, LoopbackSandbox, task
 from test_metrics import free_port
 
 from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, train
 
 pytestmark = pytest.mark.asyncio
 

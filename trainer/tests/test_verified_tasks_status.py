@@ -14,9 +14,9 @@ from kubernetes import client
 
 from kubecua_api.taskmanifest import EpisodeRecord, TaskRecord, VerifiedManifest, task_digest
 from kubecua_trainer.config import load_from_cluster
-from kubecua_trainer.metrics import TrainerMetrics
 from kubecua_trainer.rollout.verified import publish_verified, select_verified
-from kubecua_trainer.status import GROUP, PLURAL, VERSION, StatusPatcher
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
+from kubecua_trainer.telemetry.status import GROUP, PLURAL, VERSION, StatusPatcher
 
 require_control_plane()
 

@@ -20,13 +20,13 @@ from loopback_sandbox import TOKEN, LoopbackSandbox
 from test_warmup_stage import MAX_PIXELS, WARMUP, warm_run, write_demos
 
 from kubecua_trainer.config import AlgorithmConfig, RolloutConfig
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import model_inputs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import model_inputs
 from kubecua_trainer.model import Policy
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.status import build_warmup_status
+from kubecua_trainer.telemetry.status import build_warmup_status
 from kubecua_trainer.tokens import Sample
-from kubecua_trainer.train import RunOptions, train
 from kubecua_trainer.trajectories import read_trajectories
 from kubecua_trainer.warmup.demos import demo_samples
 from kubecua_trainer.warmup.goal import WarmupBelowGoal, replies_reproduced

@@ -25,12 +25,12 @@ from kubecua_trainer.config import (
     WarmupConfig,
     parse_training_run,
 )
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.rollout.episode import Rollout, play_episode
+from kubecua_trainer.run.train import RunOptions, Stop, train
 from kubecua_trainer.sources.leases import SandboxLeases
 from kubecua_trainer.sources.static import StaticSource
-from kubecua_trainer.train import RunOptions, Stop, train
 from kubecua_trainer.trajectories import read_trajectories, write_trajectories
 from kubecua_trainer.warmup.demos import demo_samples
 from kubecua_trainer.warmup.sft import DemoFit, reply_logprob

@@ -18,10 +18,10 @@ from transformers import AutoModelForImageTextToText
 from bench.shapes import bench_policy, build_model, synthetic_sample
 from kubecua_api.trainingrun import WarmupConfig
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.run.train import RunOptions, train
 from kubecua_trainer.sources.static import StaticSource
 from kubecua_trainer.speedups.optimizer import MasterAdamW
-from kubecua_trainer.train import RunOptions, train
 from kubecua_trainer.warmup.sft import fit_demonstrations
 from kubecua_trainer.weights_lock import WeightsLock
 

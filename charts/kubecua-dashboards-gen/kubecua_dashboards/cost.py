@@ -2,7 +2,7 @@
 trajectory and per successful trajectory, and in money where a run's spec.cost sets prices.
 
 The trainer exports the whole run's totals as gauges (kubecua_trainer_run_*, counting the run's
-earlier pods too: trainer/kubecua_trainer/metrics.py); the per-trajectory figures are divisions
+earlier pods too: kubecua_trainer/telemetry/metrics.py); the per-trajectory figures are divisions
 here. Before a run's first success its per-success lines read +Inf, as the cost of a success
 not yet had. GPU-seconds per success is left to status.cost and the report: on a CPU run it is
 0/0, a line of nothing.

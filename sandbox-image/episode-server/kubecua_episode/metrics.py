@@ -36,7 +36,7 @@ class Metrics:
             buckets=BUCKETS,
         )  # fmt: skip
         # Its _sum is every second this sandbox was leased, what a trainer's cost accounting
-        # (trainer/kubecua_trainer/cost.py) must agree with; its _count the leases.
+        # (trainer/kubecua_trainer/telemetry/cost.py) must agree with; its _count the leases.
         self.lease_duration = Histogram(
             "kubecua_sandbox_lease_duration_seconds",
             "Episode start request to verified reset after its release (setup failures too)",

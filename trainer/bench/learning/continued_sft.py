@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from kubecua_trainer.checkpoint import load_checkpoint, save_checkpoint
 from kubecua_trainer.config import load_manifest
-from kubecua_trainer.learner_setup import build_learner
+from kubecua_trainer.learning.checkpoint import load_checkpoint, save_checkpoint
+from kubecua_trainer.learning.learner_setup import build_learner
 from kubecua_trainer.speedups.cpu_threads import limit_cpu_threads
 from kubecua_trainer.trajectories import Trajectory
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations

@@ -36,9 +36,9 @@ import torch
 from bench.learning.family import BENCH_PROMPT, TASKS, load
 from bench.learning.offline import Offline, Warmup, rate
 from kubecua_api.curriculum import CurriculumConfig
-from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.batch import assemble_batch
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.rollout.curriculum import Curriculum, scored_results
 from kubecua_trainer.rollout.groups import Group, tasks_for_step
 from kubecua_trainer.rollout.records import EpisodeResult

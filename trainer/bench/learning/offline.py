@@ -48,11 +48,11 @@ from bench.learning.family import (
     typed_text,
 )
 from kubecua_api.warmup import WarmupGoalConfig
-from kubecua_trainer.batch import assemble_batch
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation, SamplingParams
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.batch import assemble_batch
+from kubecua_trainer.learning.learner import Learner
 from kubecua_trainer.model import Policy, load_policy
 from kubecua_trainer.rollout.agent import (
     ParseError,

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import load_manifest
-from kubecua_trainer.sharded import _full, engine_dtype
-from kubecua_trainer.train import RunOptions, train
+from kubecua_trainer.learning.sharded import _full, engine_dtype
+from kubecua_trainer.run.train import RunOptions, train
 
 
 def digest(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> str:

@@ -29,19 +29,24 @@ from typing import Any
 import torch
 
 from bench.testing.images import screenshot
-from kubecua_trainer.checkpoint import (
+from kubecua_trainer.config import AlgorithmConfig
+from kubecua_trainer.engines.base import Generation
+from kubecua_trainer.learning.checkpoint import (
     load_checkpoint,
     load_sharded_checkpoint,
     save_checkpoint,
     save_sharded_checkpoint,
 )
-from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.distributed import Dist, init_from_env, shutdown
-from kubecua_trainer.engines.base import Generation
-from kubecua_trainer.exchange import Held, deliver_pixels
-from kubecua_trainer.learner import Learner, by_name, passes, trainable
+from kubecua_trainer.learning.learner import Learner, by_name, passes, trainable
+from kubecua_trainer.learning.sharded import (
+    full_state,
+    generation_copy,
+    refresh_weights,
+    shard_policy,
+)
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
+from kubecua_trainer.parallel.distributed import Dist, init_from_env, shutdown
+from kubecua_trainer.parallel.exchange import Held, deliver_pixels
 from kubecua_trainer.tokens import Conversation, Sample
 
 ALGO = AlgorithmConfig(learning_rate=1e-3)  # clip 0.2/0.28, TIS cap 2, PPO, no KL

@@ -21,16 +21,21 @@ import torch
 
 from bench.testing.distributed_check import ALGO, make_samples, rel
 from kubecua_api.lora import LoraConfig
-from kubecua_trainer.checkpoint import (
+from kubecua_trainer.learning.checkpoint import (
     load_checkpoint,
     load_sharded_checkpoint,
     save_sharded_checkpoint,
 )
-from kubecua_trainer.distributed import Dist, init_from_env, shutdown
-from kubecua_trainer.learner import Learner, by_name
+from kubecua_trainer.learning.learner import Learner, by_name
+from kubecua_trainer.learning.sharded import (
+    full_state,
+    generation_copy,
+    refresh_weights,
+    shard_policy,
+)
 from kubecua_trainer.lora import adapter_param_names, add_adapter
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.sharded import full_state, generation_copy, refresh_weights, shard_policy
+from kubecua_trainer.parallel.distributed import Dist, init_from_env, shutdown
 
 LORA = LoraConfig(rank=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])
 

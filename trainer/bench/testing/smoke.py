@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from bench.testing.bandit import play_bandit
-from kubecua_trainer.batch import assemble_batch, episodes_of
-from kubecua_trainer.checkpoint import load_checkpoint, save_checkpoint
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.hf import HFEngine
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.batch import assemble_batch, episodes_of
+from kubecua_trainer.learning.checkpoint import load_checkpoint, save_checkpoint
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.model import load_policy
-from kubecua_trainer.replay import SuccessReplay
 from kubecua_trainer.tiny_models import build_tiny_model
 
 

@@ -12,8 +12,8 @@ from kubecua_trainer.engines.base import Engine, EngineError, Generation, Sampli
 
 if TYPE_CHECKING:
     from kubecua_trainer.config import RolloutConfig
-    from kubecua_trainer.gpu_share import GpuShare
     from kubecua_trainer.model import Policy
+    from kubecua_trainer.parallel.gpu_share import GpuShare
 
 __all__ = ["Engine", "EngineError", "Generation", "SamplingParams", "build_engine"]
 

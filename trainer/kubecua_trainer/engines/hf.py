@@ -31,9 +31,9 @@ from kubecua_trainer.engines.embedded.prefix_store import PrefixStore
 from kubecua_trainer.engines.embedded.scheduler import Scheduler
 from kubecua_trainer.engines.embedded.sequence import EngineRecord, Request, Seq
 from kubecua_trainer.engines.embedded.static import generate_batch
-from kubecua_trainer.gpu_share import GpuShare
 from kubecua_trainer.model import Policy
-from kubecua_trainer.threads import to_thread_on, use_device
+from kubecua_trainer.parallel.gpu_share import GpuShare
+from kubecua_trainer.parallel.threads import to_thread_on, use_device
 
 log = logging.getLogger(__name__)
 _WAKE = object()  # put on the queue by forget_cache: the idle worker frees the KV at once

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import EvaluationConfig
-from kubecua_trainer.distributed import episode_owner
+from kubecua_trainer.parallel.distributed import episode_owner
 from kubecua_trainer.rollout.episode import Rollout, play_episode
 from kubecua_trainer.rollout.records import EpisodeResult
 

@@ -31,10 +31,10 @@ from kubecua_trainer.evaluation.runner import (
 )
 from kubecua_trainer.evaluation.scoring import TaskFigures, summarize
 from kubecua_trainer.rollout.records import EpisodeResult
-from kubecua_trainer.status import build_evaluation_status
+from kubecua_trainer.telemetry.status import build_evaluation_status
 
 if TYPE_CHECKING:
-    from kubecua_trainer.loop import Loop
+    from kubecua_trainer.run.loop import Loop
 
 
 def is_due(cfg: EvaluationConfig, step: int, steps: int) -> bool:

@@ -1,12 +1,12 @@
 """The report's cost section (templates/_cost.html.j2): the run's figures from its ledger
-(kubecua_trainer/cost.py writes cost.json) and each step's own from the history."""
+(telemetry/cost.py writes cost.json) and each step's own from the history."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from kubecua_trainer.cost import read_ledger
+from kubecua_trainer.telemetry.cost import read_ledger
 
 
 def cost_view(out_dir: Path, history: list[dict[str, Any]]) -> dict[str, Any] | None:

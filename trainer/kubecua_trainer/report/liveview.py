@@ -1,5 +1,5 @@
 """The report's live-view section (templates/_live_view.html.j2): the sandboxes the latest step's
-episodes ran on, each with the commands that show its desktop (kubecua_trainer/liveview.py)."""
+episodes ran on, each with the commands that show its desktop (telemetry/liveview.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kubecua_trainer.liveview import read_sandboxes, watch
+from kubecua_trainer.telemetry.liveview import read_sandboxes, watch
 
 
 def live_view(out_dir: Path, step_file: Path | None) -> dict[str, Any] | None:

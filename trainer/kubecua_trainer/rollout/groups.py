@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubecua_sandbox_client import starts_agree
-from kubecua_trainer.distributed import episode_owner
+from kubecua_trainer.parallel.distributed import episode_owner
 from kubecua_trainer.rollout.episode import Rollout, play_episode
 from kubecua_trainer.rollout.records import EpisodeResult
 

@@ -63,7 +63,7 @@ def _from_config_map(name: str, namespace: str, api: Any, field: str) -> list[di
     """Every value of the ConfigMap is a task or a list of tasks (OSWorld JSON)."""
     from kubernetes import client, config
 
-    from kubecua_trainer.status import core_v1_api
+    from kubecua_trainer.telemetry.status import core_v1_api
 
     try:
         cm = core_v1_api(api).read_namespaced_config_map(name, namespace)

@@ -21,8 +21,8 @@ from kubecua_api.taskverify import VerifiedTasksConfig, VerifiedTasksStatus
 from kubecua_trainer.config import ConfigError
 
 if TYPE_CHECKING:
-    from kubecua_trainer.metrics import TrainerMetrics
-    from kubecua_trainer.status import StatusPatcher
+    from kubecua_trainer.telemetry.metrics import TrainerMetrics
+    from kubecua_trainer.telemetry.status import StatusPatcher
 
 FIELD = "spec.tasks.verified.manifest"
 REPORT_FILE = "verified-tasks.json"  # under the run's output directory (report/tasks.py)

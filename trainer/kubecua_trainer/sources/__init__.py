@@ -35,7 +35,7 @@ def secret_token(name: str, namespace: str, api: Any = None) -> str:
     service account or kubeconfig). Raises LookupError saying why it could not be read."""
     from kubernetes import client, config
 
-    from kubecua_trainer.status import core_v1_api
+    from kubecua_trainer.telemetry.status import core_v1_api
 
     try:
         secret = core_v1_api(api).read_namespaced_secret(name, namespace)

@@ -63,7 +63,7 @@ class PoolSource:
         from kubernetes import client
 
         if self._api_client is None:
-            from kubecua_trainer.status import load_kube_config
+            from kubecua_trainer.telemetry.status import load_kube_config
 
             load_kube_config()
         return client.DiscoveryV1Api(self._api_client)

@@ -114,7 +114,7 @@ class MasterAdamW(torch.optim.Optimizer):
         if self.defer:
             if self._worker is None:
                 threads = torch.get_num_threads()  # the host update's, as in the caller's thread
-                # and the caller's GPU: a new thread starts on GPU 0 (kubecua_trainer/threads.py)
+                # and the caller's GPU: a new thread starts on GPU 0 (parallel/threads.py)
                 device = torch.cuda.current_device() if torch.cuda.is_available() else None
                 self._worker = ThreadPoolExecutor(
                     1, "adamw-host", initializer=_host_worker, initargs=(threads, device)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from kubecua_api.warmup import WarmupGoalConfig
-from kubecua_trainer.logprobs import hidden_states
+from kubecua_trainer.learning.logprobs import hidden_states
 from kubecua_trainer.model import Policy
 from kubecua_trainer.tokens import Sample
 

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import WarmupConfig
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.tokens import Sample

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kubecua_trainer.status import build_warmup_status
-from kubecua_trainer.threads import to_thread_on
+from kubecua_trainer.parallel.threads import to_thread_on
+from kubecua_trainer.telemetry.status import build_warmup_status
 from kubecua_trainer.warmup import goal as goals
 from kubecua_trainer.warmup.demos import demo_samples, load_demonstrations
 from kubecua_trainer.warmup.sft import DemoFit
 from kubecua_trainer.warmup.stopping import Check, measure, probe_tasks
 
 if TYPE_CHECKING:
-    from kubecua_trainer.loop import Loop
+    from kubecua_trainer.run.loop import Loop
     from kubecua_trainer.trajectories import Trajectory
 
 log = logging.getLogger(__name__)

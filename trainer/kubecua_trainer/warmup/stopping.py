@@ -24,7 +24,7 @@ from kubecua_trainer.evaluation.runner import play_evaluation, seeded_sampling
 from kubecua_trainer.rollout.records import EpisodeResult
 
 if TYPE_CHECKING:
-    from kubecua_trainer.loop import Loop
+    from kubecua_trainer.run.loop import Loop
 
 
 @dataclass

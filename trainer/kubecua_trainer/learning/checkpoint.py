@@ -29,8 +29,8 @@ import torch
 from transformers import AutoModelForImageTextToText
 
 from kubecua_trainer.config import ConfigError
-from kubecua_trainer.distributed import Dist
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.lora import (
     adapter_param_names,
     check_layout,
@@ -40,7 +40,7 @@ from kubecua_trainer.lora import (
     save_adapter,
 )
 from kubecua_trainer.model import Policy
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.parallel.distributed import Dist
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 STATE_FILE = "trainer_state.json"
@@ -168,7 +168,7 @@ def _save_model(
 
 def _gather(model: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor]:
     """The sharded model's full state on rank 0 (keep): the adapter's tensors alone with LoRA."""
-    from kubecua_trainer.sharded import full_state
+    from kubecua_trainer.learning.sharded import full_state
 
     names = set(adapter_param_names(model)) if is_lora(model) else None
     return full_state(model, keep=keep, names=names)
@@ -277,7 +277,7 @@ def load_sharded_checkpoint(
     """Rank 0 reads the checkpoint and the other ranks receive it (no shared disk needed). A
     checkpoint of another world size (a single process's included) loads too: weights and
     optimizer state are full; ranks beyond the saved ones start from fresh RNG seeds."""
-    from kubecua_trainer.sharded import load_full_state
+    from kubecua_trainer.learning.sharded import load_full_state
 
     ckpt = Path(path)
     model_state: dict[str, torch.Tensor] = {}

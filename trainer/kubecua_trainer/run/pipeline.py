@@ -23,7 +23,7 @@ from kubecua_trainer.evaluation.stage import (
 from kubecua_trainer.warmup.stage import warm_up_if_needed
 
 if TYPE_CHECKING:
-    from kubecua_trainer.loop import Loop
+    from kubecua_trainer.run.loop import Loop
 
 
 async def before_steps(lp: Loop) -> None:

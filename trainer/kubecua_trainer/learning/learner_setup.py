@@ -9,11 +9,11 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import TrainingRunSpec
-from kubecua_trainer.distributed import Dist
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.sharded import generation_copy, shard_policy
 from kubecua_trainer.lora import add_adapter
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.sharded import generation_copy, shard_policy
+from kubecua_trainer.parallel.distributed import Dist
 from kubecua_trainer.speedups.checkpointing import set_checkpointing
 from kubecua_trainer.speedups.choice import Choice, Workload, choose, sample_tokens, shape_of
 from kubecua_trainer.speedups.fast_paths import compile_layers

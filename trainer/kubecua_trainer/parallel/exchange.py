@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kubecua_trainer.distributed import Dist
+from kubecua_trainer.parallel.distributed import Dist
 
 if TYPE_CHECKING:
     from kubecua_trainer.rollout.groups import Group

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.distributed import Dist, balance_by_tokens
-from kubecua_trainer.gpu_share import GpuShare
-from kubecua_trainer.logprobs import token_logprobs
-from kubecua_trainer.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
+from kubecua_trainer.learning.logprobs import token_logprobs
+from kubecua_trainer.learning.loss import AGGREGATIONS, POLICY_LOSSES, LossCoefficients, LossTerms
 from kubecua_trainer.model import Policy
+from kubecua_trainer.parallel.distributed import Dist, balance_by_tokens
+from kubecua_trainer.parallel.gpu_share import GpuShare
 from kubecua_trainer.speedups.optimizer import MasterAdamW
 from kubecua_trainer.speedups.prefetch import PixelPrefetch
 from kubecua_trainer.tokens import Sample, check_image_pads
@@ -250,7 +250,7 @@ class Learner:
         Either loads into the other (load_state_dict converts), so a run can change its
         world size between 1 and more processes."""
         if self.net is not None:
-            from kubecua_trainer.sharded import optimizer_full_state
+            from kubecua_trainer.learning.sharded import optimizer_full_state
 
             state = optimizer_full_state(self.net, self.optimizer)
             return {"optimizer_by_name": state, "steps": self.steps}
@@ -259,7 +259,7 @@ class Learner:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Distributed: rank 0 passes what state_dict() wrote, the other ranks {"steps": n}."""
         if self.net is not None:
-            from kubecua_trainer.sharded import load_optimizer_full_state
+            from kubecua_trainer.learning.sharded import load_optimizer_full_state
 
             if self.dist.is_main and "optimizer_by_name" not in d:
                 d = {**d, "optimizer_by_name": by_name(d["optimizer"], self.param_names())}

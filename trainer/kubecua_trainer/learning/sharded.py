@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from kubecua_trainer.logprobs import token_logprobs
+from kubecua_trainer.learning.logprobs import token_logprobs
 from kubecua_trainer.lora import is_lora
 from kubecua_trainer.model import Policy
 from kubecua_trainer.speedups.checkpointing import layer_stacks

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from kubecua_trainer.sharded import _full, engine_dtype
-from kubecua_trainer.threads import to_thread_on
+from kubecua_trainer.learning.sharded import _full, engine_dtype
+from kubecua_trainer.parallel.threads import to_thread_on
 
 if TYPE_CHECKING:
     from kubecua_trainer.model import Policy

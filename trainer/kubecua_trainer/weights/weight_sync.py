@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from kubecua_trainer.engines.base import Engine
 from kubecua_trainer.engines.sglang import SGLangEngine
-from kubecua_trainer.sharded import refresh_weights
-from kubecua_trainer.threads import to_thread_on
+from kubecua_trainer.learning.sharded import refresh_weights
+from kubecua_trainer.parallel.threads import to_thread_on
 
 if TYPE_CHECKING:
-    from kubecua_trainer.disaggregated import Roles
-    from kubecua_trainer.distributed import Dist
     from kubecua_trainer.model import Policy
+    from kubecua_trainer.parallel.distributed import Dist
+    from kubecua_trainer.placement.disaggregated import Roles
 
 
 class WeightSync(Protocol):
@@ -86,7 +86,7 @@ def build_weight_sync(
     roles: Roles | None = None,
 ) -> WeightSync:
     if roles is not None and roles.placement.disaggregated:
-        from kubecua_trainer.weight_broadcast import WeightBroadcast
+        from kubecua_trainer.weights.weight_broadcast import WeightBroadcast
 
         return WeightBroadcast(gen, roles.weights_group, roles.learns, is_source=dist.is_main)
     if isinstance(engine, SGLangEngine):

@@ -6,13 +6,13 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from kubecua_trainer.batch import Batch, assemble_batch, episodes_of, validate_samples
-from kubecua_trainer.distributed import Dist
-from kubecua_trainer.exchange import Held, deliver_pixels, gather_screens, strip
-from kubecua_trainer.learner import Learner, passes, trainable
-from kubecua_trainer.liveview import note_sandboxes
+from kubecua_trainer.learning.batch import Batch, assemble_batch, episodes_of, validate_samples
+from kubecua_trainer.learning.learner import Learner, passes, trainable
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.model import Policy
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.parallel.distributed import Dist
+from kubecua_trainer.parallel.exchange import Held, deliver_pixels, gather_screens, strip
+from kubecua_trainer.parallel.threads import to_thread_on
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.report.curriculum import save_curriculum
 from kubecua_trainer.rollout.curriculum import scored_results
@@ -24,13 +24,13 @@ from kubecua_trainer.rollout.groups import (
     tasks_for_step,
 )
 from kubecua_trainer.rollout.records import EXCLUDED, EpisodeResult
-from kubecua_trainer.status import build_curriculum_status
-from kubecua_trainer.threads import to_thread_on
+from kubecua_trainer.telemetry.liveview import note_sandboxes
+from kubecua_trainer.telemetry.status import build_curriculum_status
 from kubecua_trainer.tokens import check_image_pads
 
 if TYPE_CHECKING:
-    from kubecua_trainer.disaggregated import Roles
-    from kubecua_trainer.loop import Loop
+    from kubecua_trainer.placement.disaggregated import Roles
+    from kubecua_trainer.run.loop import Loop
 
 Played = tuple[list[Group], dict[str, float]]
 

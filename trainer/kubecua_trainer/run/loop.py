@@ -10,23 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kubecua_trainer.config import TrainingRun, TrainingRunSpec
-    from kubecua_trainer.cost import CostLedger
-    from kubecua_trainer.disaggregated import Roles
-    from kubecua_trainer.distributed import Dist
     from kubecua_trainer.evaluation.held_out import HeldOut
-    from kubecua_trainer.learner import Learner
-    from kubecua_trainer.metrics import TrainerMetrics
+    from kubecua_trainer.learning.learner import Learner
+    from kubecua_trainer.learning.replay import SuccessReplay
     from kubecua_trainer.model import Policy
-    from kubecua_trainer.progress import RunProgress
-    from kubecua_trainer.replay import SuccessReplay
+    from kubecua_trainer.parallel.distributed import Dist
+    from kubecua_trainer.placement.disaggregated import Roles
     from kubecua_trainer.report import RunReport
     from kubecua_trainer.rollout.curriculum import Curriculum
     from kubecua_trainer.rollout.episode import Rollout
-    from kubecua_trainer.saver import Saver
+    from kubecua_trainer.run.saver import Saver
+    from kubecua_trainer.run.stopping import Stop
     from kubecua_trainer.sources import SandboxSource
-    from kubecua_trainer.status import StatusPatcher
-    from kubecua_trainer.stopping import Stop
-    from kubecua_trainer.weight_sync import WeightSync
+    from kubecua_trainer.telemetry.cost import CostLedger
+    from kubecua_trainer.telemetry.metrics import TrainerMetrics
+    from kubecua_trainer.telemetry.progress import RunProgress
+    from kubecua_trainer.telemetry.status import StatusPatcher
+    from kubecua_trainer.weights.weight_sync import WeightSync
 
 
 @dataclass

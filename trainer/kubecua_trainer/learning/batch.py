@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubecua_api.reward import RewardConfig
-from kubecua_trainer.advantage import credit_turns, grpo_advantages, is_zero_variance
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.replay import SuccessReplay
-from kubecua_trainer.reward import group_rewards, terms_of
+from kubecua_trainer.learning.advantage import credit_turns, grpo_advantages, is_zero_variance
+from kubecua_trainer.learning.replay import SuccessReplay
+from kubecua_trainer.learning.reward import group_rewards, terms_of
 from kubecua_trainer.rollout.groups import Group
 from kubecua_trainer.rollout.records import EpisodeResult, is_success
 from kubecua_trainer.tokens import Sample

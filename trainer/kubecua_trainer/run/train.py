@@ -26,40 +26,40 @@ from typing import Any
 
 import torch
 
-from kubecua_trainer import pipeline
 from kubecua_trainer.config import TrainingRun, TrainingRunSpec
-from kubecua_trainer.cost import CostLedger
-from kubecua_trainer.cost import publish as publish_cost
-from kubecua_trainer.disaggregated import (
+from kubecua_trainer.engines import build_engine
+from kubecua_trainer.evaluation.held_out import load_held_out
+from kubecua_trainer.learning.learner_setup import build_learner, build_sharded_learner
+from kubecua_trainer.learning.replay import SuccessReplay
+from kubecua_trainer.model import Policy
+from kubecua_trainer.parallel.distributed import Dist, check_world, init_from_env, shutdown
+from kubecua_trainer.parallel.gpu_share import share_for
+from kubecua_trainer.placement.disaggregated import (
     NoEngine,
     Roles,
     build_generator,
     join_roles,
     learner_mesh,
 )
-from kubecua_trainer.distributed import Dist, check_world, init_from_env, shutdown
-from kubecua_trainer.engines import build_engine
-from kubecua_trainer.evaluation.held_out import load_held_out
-from kubecua_trainer.gpu_share import share_for
-from kubecua_trainer.learner_setup import build_learner, build_sharded_learner
-from kubecua_trainer.loop import Loop, RunOptions, RunResult
-from kubecua_trainer.metrics import TrainerMetrics
-from kubecua_trainer.model import Policy
-from kubecua_trainer.placement import placement_of
-from kubecua_trainer.progress import RunProgress
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.placement.placement import placement_of
 from kubecua_trainer.report import RunReport
 from kubecua_trainer.rollout.curriculum import build_curriculum
 from kubecua_trainer.rollout.episode import Rollout
 from kubecua_trainer.rollout.tasks import load_tasks
 from kubecua_trainer.rollout.verified import publish_verified, select_verified
-from kubecua_trainer.saver import Saver, run_dirs
+from kubecua_trainer.run import pipeline
+from kubecua_trainer.run.loop import Loop, RunOptions, RunResult
+from kubecua_trainer.run.saver import Saver, run_dirs
+from kubecua_trainer.run.step import Played, learn, play
+from kubecua_trainer.run.stopping import Stop
 from kubecua_trainer.sources import SandboxLeases, build_source
 from kubecua_trainer.sources.reclaim import owner_of, reclaim
-from kubecua_trainer.status import StatusPatcher, build_status
-from kubecua_trainer.step import Played, learn, play
-from kubecua_trainer.stopping import Stop
-from kubecua_trainer.weight_sync import build_weight_sync
+from kubecua_trainer.telemetry.cost import CostLedger
+from kubecua_trainer.telemetry.cost import publish as publish_cost
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
+from kubecua_trainer.telemetry.progress import RunProgress
+from kubecua_trainer.telemetry.status import StatusPatcher, build_status
+from kubecua_trainer.weights.weight_sync import build_weight_sync
 
 __all__ = ["RunOptions", "RunResult", "Stop", "train"]
 

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from kubecua_trainer.distributed import Dist
 from kubecua_trainer.engines.base import Generation, SamplingParams
-from kubecua_trainer.learner import Learner
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.sharded import engine_dtype
 from kubecua_trainer.model import Policy, load_policy
-from kubecua_trainer.placement import Placement
-from kubecua_trainer.sharded import engine_dtype
+from kubecua_trainer.parallel.distributed import Dist
+from kubecua_trainer.placement.placement import Placement
 
 if TYPE_CHECKING:
     from kubecua_trainer.config import TrainingRunSpec
@@ -70,7 +70,7 @@ def join_roles(placement: Placement, d: Dist) -> Roles:
 def build_generator(spec: TrainingRunSpec, d: Dist) -> tuple[Policy, Learner]:
     """A generating process's policy (the engine's weights, replaced by each broadcast) and its
     idle learner."""
-    from kubecua_trainer.learner_setup import with_adapter
+    from kubecua_trainer.learning.learner_setup import with_adapter
 
     policy = load_policy(spec.model.path, spec.model.dtype, str(d.device()))
     with_adapter(policy, spec)  # the same parameter names as the learners' (LoRA's included)

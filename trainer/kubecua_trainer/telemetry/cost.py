@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from kubecua_api.cost import CostConfig
 from kubecua_api.trainingrun import TrainingRunSpec
-from kubecua_trainer.status import build_cost_status
+from kubecua_trainer.telemetry.status import build_cost_status
 
 if TYPE_CHECKING:
-    from kubecua_trainer.metrics import TrainerMetrics
-    from kubecua_trainer.status import StatusPatcher
+    from kubecua_trainer.telemetry.metrics import TrainerMetrics
+    from kubecua_trainer.telemetry.status import StatusPatcher
 
 LEDGER = "cost.json"
 HOUR = 3600.0

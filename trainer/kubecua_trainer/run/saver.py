@@ -7,7 +7,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubecua_trainer.checkpoint import (
+from kubecua_trainer.config import TrainingRunSpec
+from kubecua_trainer.learning.checkpoint import (
     checkpoint_time,
     latest_checkpoint,
     load_checkpoint,
@@ -18,13 +19,12 @@ from kubecua_trainer.checkpoint import (
     save_sharded_weights,
     save_weights,
 )
-from kubecua_trainer.config import TrainingRunSpec
-from kubecua_trainer.distributed import Dist
-from kubecua_trainer.learner import Learner
-from kubecua_trainer.metrics import TrainerMetrics
+from kubecua_trainer.learning.learner import Learner
+from kubecua_trainer.learning.replay import SuccessReplay
 from kubecua_trainer.model import Policy
-from kubecua_trainer.replay import SuccessReplay
+from kubecua_trainer.parallel.distributed import Dist
 from kubecua_trainer.rollout.curriculum import Curriculum
+from kubecua_trainer.telemetry.metrics import TrainerMetrics
 
 log = logging.getLogger(__name__)
 
