@@ -596,9 +596,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
     )
     p.add_argument(
         "--vision-by-memory",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="issue 46: as few checkpointed vision blocks as the memory estimate allows "
-        "(speedups/choice.py VISION_BY_MEMORY)",
+        "(speedups/choice.py VISION_BY_MEMORY, the default; --no-vision-by-memory: all of them)",
     )
     p.add_argument(
         "--prefetch-pixels",
@@ -633,10 +634,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, bool]
 
 
 def apply_options(a: argparse.Namespace) -> None:
-    """The learner levers that are off by default (issue 46), for this process's runs."""
+    """Issue 46's learner levers as asked, for this process's runs (unasked: the defaults)."""
     from kubecua_trainer.speedups import choice, prefetch
 
-    choice.VISION_BY_MEMORY = choice.VISION_BY_MEMORY or a.vision_by_memory
+    if a.vision_by_memory is not None:
+        choice.VISION_BY_MEMORY = a.vision_by_memory
     prefetch.PREFETCH_PIXELS = prefetch.PREFETCH_PIXELS or a.prefetch_pixels
 
 

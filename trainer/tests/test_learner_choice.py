@@ -27,9 +27,12 @@ def _workload(turns: int, pixels: int, new_tokens: int, total: int = H100) -> Wo
 
 
 def test_the_bench_workload_gets_the_learner_bench_settings_on_an_h100() -> None:
-    """8 turns of 720p (bench-loop's shape): what `make bench-trainer` measured fastest."""
+    """8 turns of 720p (bench-loop's shape): what `make bench-trainer` measured fastest (compile,
+    no text checkpointing), then as few checkpointed vision blocks as fit (issue 46's profile:
+    each one less is faster)."""
     c = choose(QWEN25_VL_3B, _workload(8, 1280 * 720, 32))
-    assert (c.compile, c.text_checkpointing, c.vision_checkpointing) == (True, 0.0, 1.0)
+    assert (c.compile, c.text_checkpointing, c.vision_checkpointing) == (True, 0.0, 0.75)
+    assert c.estimate_gib <= c.budget_gib
     assert c.optimizer_offload  # 42 GiB of fp32 masters and moments on an 80 GB card
     assert c.estimate_gib <= c.budget_gib
 
@@ -45,13 +48,15 @@ def test_longer_samples_and_smaller_cards_checkpoint_more_and_still_fit() -> Non
 
 
 def test_vision_by_memory_unchecks_vision_blocks_only_once_the_text_layers_are_unchecked() -> None:
-    """Issue 46's option (off by default): the loop's workload on an H200 beside the engine's copy
-    keeps no vision block checkpointed, on an 80 GB card some, and each estimate fits; the
-    15 x 1080p episode, whose text layers need checkpointing on 80 GB, keeps every block."""
+    """Issue 46's option (the default since the H200 profile): the loop's workload on an H200
+    beside the engine's copy keeps no vision block checkpointed, on an 80 GB card some, and each
+    estimate fits; the 15 x 1080p episode, whose text layers need checkpointing on 80 GB, keeps
+    every block. Without it every vision block is checkpointed."""
     h200 = Workload(
         **{**_workload(8, 1280 * 720, 32, total=141 * GIB).__dict__, "engine_copy": True}
     )
-    assert choose(QWEN25_VL_3B, h200).vision_checkpointing == 1.0  # the default
+    assert choose(QWEN25_VL_3B, h200, vision_by_memory=False).vision_checkpointing == 1.0
+    assert choose(QWEN25_VL_3B, h200) == choose(QWEN25_VL_3B, h200, vision_by_memory=True)
     big = choose(QWEN25_VL_3B, h200, vision_by_memory=True)
     assert (big.text_checkpointing, big.vision_checkpointing) == (0.0, 0.0)
     assert big.estimate_gib <= big.budget_gib

@@ -14,11 +14,11 @@ activations per token and layer: a checkpointed layer keeps its input (2 x hidde
 an unchecked one about 2 x (8 x hidden + 2.5 x intermediate) bytes (fitted to the 3B learner's
 52.9 GiB peak on 8 x 720p GRPO trajectories, docs/benchmarks.md), the vision blocks the same on
 4 patches per image token. Text checkpointing is the smallest of 0, 1/4, 1/2, 3/4, 1 that fits,
-vision stays fully checkpointed (its activations are 4x the tokens'), or with VISION_BY_MEMORY the
-smallest vision fraction that fits once no text layer is checkpointed. Offload: with bf16
-parameters (fp32 masters) when the masters and moments (12 bytes a parameter) would take more
-than a quarter of the GPU; it depends on the card's total memory only, so a resumed run makes the
-same choice and reads the same optimizer state.
+then, once no text layer is checkpointed, the smallest vision fraction that fits (VISION_BY_MEMORY,
+the default; without it vision stays fully checkpointed: its activations are 4x the tokens').
+Offload: with bf16 parameters (fp32 masters) when the masters and moments (12 bytes a parameter)
+would take more than a quarter of the GPU; it depends on the card's total memory only, so a resumed
+run makes the same choice and reads the same optimizer state.
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ GIB = 2**30
 TEXT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 VISION_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Issue 46: with the text layers unchecked, checkpoint only as many vision blocks as the estimate
-# needs (each unchecked block saves its recompute, about 1/32 of the tower's forward). Off by
-# default: one loop run on an H200 used it on 2026-11-29 (with the pixel prefetch; 50.8 GiB peak,
-# docs/benchmarks.md), but its speed was not measured apart, nor its peak on the longest sample:
-# `python3 -m bench.learner_profile` measures both (bench-loop: --vision-by-memory).
-VISION_BY_MEMORY = False
+# needs (each unchecked block saves its recompute, about 1/32 of the tower's forward). On by
+# default since `python3 -m bench.learner_profile` on one H200 (2026-11-29, docs/benchmarks.md):
+# the loop's worst-case sample (8 x 1260x700, 9,976 tokens) took 1.201 s forward+backward with all
+# 32 blocks checkpointed (vision backward with its recompute was 0.60 s of it), 1.117 s with 16 and
+# 1.020 s with none (-15%), peaks 43.8, 67.2 and 90.6 GiB, against this estimate's 47.4, 66.1 and
+# 83.7 GiB without the engine's reserve: within the 20% HEADROOM. bench-loop --no-vision-by-memory
+# runs the old setting.
+VISION_BY_MEMORY = True
 HEADROOM = 0.8  # of the budget: the allocator's fragmentation and the estimate's error
 ENGINE_RESERVE = 4 * GIB  # the embedded engine's prefix store bound (HFEngine cache_bytes)
 
