@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import functools
+import ssl
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -48,6 +50,17 @@ def _error_for(resp: httpx.Response) -> Exception:
     return SandboxUnavailable(msg, resp.status_code, reason)
 
 
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context for every client of the process, made as httpx makes its default (the
+    certifi bundle, SSL_CERT_FILE / SSL_CERT_DIR honoured). httpx otherwise builds one per client,
+    loading the CA bundle each time, http:// servers included: about 25 ms and 0.8 MiB a client
+    (sandbox-image/tasks/bench/bench_leasing.py, 2026-11-29: 1,000 clients took 40 s and 810 MiB
+    before the first lease), paid by every episode since the trainer opens a client per episode.
+    An SSLContext may be shared by any number of connections and threads."""
+    return httpx.create_ssl_context()
+
+
 class SandboxClient:
     """One episode server. `timeout` caps each call (setup and evaluation included)."""
 
@@ -58,6 +71,7 @@ class SandboxClient:
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+            verify=shared_ssl_context(),
         )
 
     async def __aenter__(self) -> SandboxClient:
