@@ -15,14 +15,22 @@ SandboxPool (by uid, when the operator told the trainer its pool's: $KUBECUA_POO
 if the slice belongs to that Service (its controller: the Service, or the pool for an external
 sandbox's slice, which the operator writes). Other slices are logged once and never yielded; the
 pool reports their Services (its Degraded condition, reason ForeignMembers).
+
+The slices are read as JSON and made models here (`_slice`): a sandbox's Service while its pod
+is gone has a slice with no endpoints, which the API server returns as `endpoints: null`, and
+the client's V1EndpointSlice refuses null (whatever the ApiClient's client_side_validation: its
+models check with a fresh Configuration), so one such slice failed every list and the trainer
+kept a stale set. A list or watch that keeps failing is logged once per distinct error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 from kubecua_api.constants import POOL_LABEL, POOL_UID_ENV
@@ -39,6 +47,8 @@ log = logging.getLogger(__name__)
 
 
 class PoolSource:
+    retry_seconds = 2.0  # after a failed list or watch
+
     def __init__(
         self,
         pool: str,
@@ -58,6 +68,7 @@ class PoolSource:
         self._names: dict[str, str] = {}  # url -> its sandbox (the slice's Service, its pod)
         self._services: dict[str, Any] = {}  # Service name -> the Service as last read
         self.foreign: dict[str, str] = {}  # slice name -> why it was ignored
+        self._failure = ""  # the last error logged, until a list succeeds
 
     def _discovery_api(self) -> Any:
         from kubernetes import client
@@ -93,8 +104,8 @@ class PoolSource:
         await asyncio.to_thread(first.wait, 30)
 
     def _run(self, api: Any, publish: Any, first: threading.Event) -> None:
-        from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch.watch import iter_resp_lines
 
         selector = f"{POOL_LABEL}={self.pool}"
         while not self._stop.is_set():
@@ -103,32 +114,70 @@ class PoolSource:
                     self.namespace, label_selector=selector
                 )
                 self._services = {s.metadata.name: s for s in services.items}
-                listed = api.list_namespaced_endpoint_slice(self.namespace, label_selector=selector)
-                self._slices = {s.metadata.name: self._urls(s) for s in listed.items}
+                listed = json.loads(
+                    api.list_namespaced_endpoint_slice(
+                        self.namespace, label_selector=selector, _preload_content=False
+                    ).data
+                )
+                self._slices = {}
+                for item in listed.get("items") or []:
+                    obj = self._slice(api, item)
+                    self._slices[obj.metadata.name] = self._urls(obj)
+                self._failure = ""
                 publish()
                 first.set()
-                w = watch.Watch()
-                for event in w.stream(
-                    api.list_namespaced_endpoint_slice,
-                    self.namespace,
-                    label_selector=selector,
-                    resource_version=listed.metadata.resource_version,
+                resp = api.list_namespaced_endpoint_slice(
+                    self.namespace, label_selector=selector, watch=True,
+                    resource_version=listed["metadata"]["resourceVersion"],
                     timeout_seconds=5,  # bounds how long stop() waits for this thread
-                ):
-                    obj = event["object"]
-                    if event["type"] == "DELETED":
-                        self._slices.pop(obj.metadata.name, None)
-                        self.foreign.pop(obj.metadata.name, None)
-                    else:
-                        self._slices[obj.metadata.name] = self._urls(obj)
-                    publish()
-                    if self._stop.is_set():
-                        w.stop()
+                    _preload_content=False,
+                )  # fmt: skip
+                try:
+                    for line in iter_resp_lines(resp):  # one JSON event a line
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            got = event["object"]  # a Status
+                            raise ApiException(status=got.get("code"), reason=got.get("message"))
+                        if event["type"] == "BOOKMARK":
+                            continue
+                        obj = self._slice(api, event["object"])
+                        if event["type"] == "DELETED":
+                            self._slices.pop(obj.metadata.name, None)
+                            self.foreign.pop(obj.metadata.name, None)
+                        else:
+                            self._slices[obj.metadata.name] = self._urls(obj)
+                        publish()
+                        if self._stop.is_set():
+                            break
+                finally:
+                    resp.close()
+                    resp.release_conn()
             except ApiException as err:
                 if err.status != 410:  # 410 Gone: resourceVersion too old, just relist
-                    self._stop.wait(2.0)
-            except Exception:  # network hiccups: keep the last known set, retry
-                self._stop.wait(2.0)
+                    self._failed(err)
+            except Exception as err:  # network hiccups: keep the last known set, retry
+                self._failed(err)
+
+    def _failed(self, err: Exception) -> None:
+        """Note a failed list or watch (a warning when it is not the one noted last) and wait
+        before the next: the last known set stays published meanwhile."""
+        why = " ".join(f"{type(err).__name__}: {err}".split())  # an ApiException has lines
+        if why != self._failure:
+            log.warning(
+                "SandboxPool %s/%s: watching its EndpointSlices failed, keeping the last known"
+                " sandboxes and retrying every %g s: %s",
+                self.namespace, self.pool, self.retry_seconds, why,
+            )  # fmt: skip
+            self._failure = why
+        self._stop.wait(self.retry_seconds)
+
+    @staticmethod
+    def _slice(api: Any, data: dict[str, Any]) -> Any:
+        """A V1EndpointSlice of one slice's JSON; `endpoints: null` (no pod) read as []."""
+        data = {**data, "endpoints": data.get("endpoints") or []}
+        return api.api_client.deserialize(SimpleNamespace(data=json.dumps(data)), "V1EndpointSlice")
 
     def _urls(self, endpoint_slice: Any) -> set[str]:
         """slice_urls of a slice of one of the pool's own Services (none of any other), noting
