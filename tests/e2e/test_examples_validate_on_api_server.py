@@ -27,6 +27,7 @@ def crds(cluster):
     cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s",
         "crd/sandboxpools.kubecua.dev", "crd/trainingruns.kubecua.dev",
+        "crd/taskverifications.kubecua.dev",  # examples/taskverification.yaml
     )  # fmt: skip
     return cluster
 
