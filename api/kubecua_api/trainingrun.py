@@ -583,16 +583,16 @@ class WarmupConfig(ApiModel):
     )
     schedule: Literal["constant", "cosine"] = Field(
         default="constant",
-        description="The learning rate over the warm-up's planned steps (epochs x batches):"
-        " constant, or cosine (a linear rise over rampFraction, then a half cosine down to"
-        " floorFraction x learningRate, kept for any extension). kubecua_trainer/warmup/"
-        "schedule.py.",
+        description="The learning rate over the warm-up's planned steps (epochs x batches), after"
+        " rampFraction's rise: constant, or cosine (a half cosine down to floorFraction x"
+        " learningRate, kept for any extension). kubecua_trainer/warmup/schedule.py.",
     )
     ramp_fraction: float = Field(
-        default=0.05,
+        default=0.0,
         ge=0.0,
         le=0.5,
-        description="cosine: the share of planned steps over which the rate rises from 0.",
+        description="The share of planned steps over which the rate rises linearly from 0 to"
+        " learningRate, either schedule (0: none).",
     )
     floor_fraction: float = Field(
         default=0.1,

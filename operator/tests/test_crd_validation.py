@@ -472,6 +472,7 @@ def test_defaults_fill_an_evaluation_and_a_warmup(cluster, crds, namespace):
     }  # fmt: skip
     assert got["spec"]["warmup"] == {
         "demonstrations": "/d", "epochs": 1, "batchSize": 8, "learningRate": 1e-05,
+        "schedule": "constant", "rampFraction": 0.0, "floorFraction": 0.1,
         "successesOnly": True,
         # whether the warm-up took is measured in every run (issue 41): extend once, then fail
         "goal": {"demonstrations": 32, "replyMatchMin": 0.7, "onBelowGoal": "extend",

@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup-lr", type=float, default=3e-3)
     p.add_argument("--warmup-batch", type=int, default=2)
     p.add_argument("--warmup-schedule", default="constant", choices=["constant", "cosine"])
-    p.add_argument("--warmup-ramp", type=float, default=0.05, help="cosine: rising share")
+    p.add_argument("--warmup-ramp", type=float, default=0.0, help="share of steps rising")
     p.add_argument("--warmup-floor", type=float, default=0.1, help="cosine: last rate / peak")
     p.add_argument("--goal-min", type=float, default=0.0,
                    help="spec.warmup.goal.replyMatchMin (0: no goal measured)")  # fmt: skip

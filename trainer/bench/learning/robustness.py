@@ -62,7 +62,7 @@ def offline_args(spec: dict[str, Any]) -> list[str]:
         "--warmup-lr", str(warm["learningRate"]),
         "--warmup-batch", str(warm.get("batchSize", 2)),
         "--warmup-schedule", str(warm.get("schedule", "constant")),
-        "--warmup-ramp", str(warm.get("rampFraction", 0.05)),
+        "--warmup-ramp", str(warm.get("rampFraction", 0.0)),
         "--warmup-floor", str(warm.get("floorFraction", 0.1)),
         "--max-epochs", str(warm["epochs"]),
         "--system", str(spec.get("rollout", {}).get("systemPrompt", BENCH_PROMPT)),
