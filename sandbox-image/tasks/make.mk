@@ -13,6 +13,14 @@ TEST_TARGETS += test-tasks
 test-tasks: tasks-env sandbox-env ## task plugins, and verification of offline-suite families on real Xvfb desktops
 	cd sandbox-image/tasks && .venv/bin/pytest -q tests
 
+# Issue 41 item 5's four families the learning benchmark was never tuned on (untuned_families.toml:
+# the colourkeys generator's parameters alone) into out/families/<name>, each folder emptied first;
+# not committed, the same bytes every run (tests/test_untuned_families.py). Then, per family:
+# make bench-learning with --family naming that folder (docs/benchmarks.md gives the commands).
+.PHONY: untuned-families
+untuned-families: tasks-env ## write the 4 untuned colourkeys families (untuned_families.toml) into out/families/<name>
+	$(TASKS_PY) sandbox-image/tasks/make_families.py sandbox-image/tasks/untuned_families.toml --out $(CURDIR)/out/families
+
 # Verification throughput at 1, 2 and 4 local desktops (BENCH_ARGS="--desktops 1 2 4 8" for 8),
 # per-desktop efficiency, as JSON (docs/benchmarks.md). Starts its own desktops.
 bench-tasks: tasks-env sandbox-env ## JSON: task verification throughput and per-desktop efficiency at 1, 2, 4 local desktops
