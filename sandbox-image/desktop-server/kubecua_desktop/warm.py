@@ -32,6 +32,7 @@ from kubecua_desktop.zygote import HEADER
 
 log = logging.getLogger("kubecua_desktop.warm")
 READY_TIMEOUT_S = 30.0
+REAP_TIMEOUT_S = 2.0  # a killed zygote's exit, after its socket already refuses connections
 PYTHONS = {"python", "python3"}
 
 
@@ -117,19 +118,10 @@ class WarmPython:
 
     def run(self, code: str, argv: list[str], timeout: float) -> CommandResult | None:
         """Run one action warm; None if the zygote is unavailable (nothing was started)."""
-        if not self.start():
+        submitted = self._submit_started(code, argv)
+        if submitted is None:
             return None
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            conn = self._submit(code, argv, out_w, err_w)
-        finally:
-            os.close(out_w)
-            os.close(err_w)
-        if conn is None:
-            os.close(out_r)
-            os.close(err_r)
-            return None
+        conn, out_r, err_r = submitted
         out: list[bytes] = []
         err: list[bytes] = []
         # pump_into closes each file at EOF
@@ -142,6 +134,40 @@ class WarmPython:
             err.append(b"\nkubecua: the warm python executor died during this action\n")
         return CommandResult(returncode, b"".join(out).decode(errors="replace"),
                              b"".join(err).decode(errors="replace"), timed_out)  # fmt: skip
+
+    def _submit_started(self, code: str, argv: list[str]) -> tuple[socket.socket, int, int] | None:
+        """The action handed to a running zygote: its connection and the read ends of its stdout
+        and stderr; None when no zygote takes it."""
+        for attempt in range(2):
+            if not self.start():
+                return None
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                conn = self._submit(code, argv, out_w, err_w)
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+            if conn is not None:
+                return conn, out_r, err_r
+            os.close(out_r)
+            os.close(err_r)
+            # A zygote that has just died closes its socket before the kernel reports its exit,
+            # so start() can still see it running: reap it and start a new one, once.
+            if attempt or not self._reaped():
+                return None
+        return None
+
+    def _reaped(self) -> bool:
+        """True once the zygote has exited (waiting briefly for one that is dying)."""
+        with self._lock:
+            if self._proc is None:
+                return True
+            try:
+                self._proc.wait(timeout=REAP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                return False  # alive but not answering: run cold rather than start a second one
+            return True
 
     def _submit(self, code: str, argv: list[str], out_w: int, err_w: int) -> socket.socket | None:
         payload = json.dumps({"code": code, "argv": argv}).encode()

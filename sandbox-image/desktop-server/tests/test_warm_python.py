@@ -112,6 +112,32 @@ def test_a_dead_zygote_is_restarted(warm: WarmPython) -> None:
     assert warm.pid != first
 
 
+def test_a_zygote_dead_before_its_exit_is_reported_is_restarted_not_skipped(
+    warm: WarmPython, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race CI met: the zygote's socket already refuses connections while poll() does not yet
+    report its exit. The action must go to a new zygote, not fall back to a cold run."""
+    assert warm.start()
+    proc = warm._proc
+    assert proc is not None
+    first = proc.pid
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{first}/stat").exists()
+             or Path(f"/proc/{first}/stat").read_text().split()[2] == "Z")  # fmt: skip
+    real_poll, calls = proc.poll, []
+
+    def poll_late() -> int | None:  # its exit not yet seen by start()'s first look
+        calls.append(1)
+        return None if len(calls) == 1 else real_poll()
+
+    monkeypatch.setattr(proc, "poll", poll_late)
+    again = warm.run("import os; print(os.getppid())", [], timeout=30)
+    assert again is not None
+    assert again.returncode == 0
+    assert int(again.output) == warm.pid
+    assert warm.pid != first
+
+
 def test_a_zygote_without_display_falls_back_to_cold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DISPLAY", raising=False)
     executor = WarmPython()
