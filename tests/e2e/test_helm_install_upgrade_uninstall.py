@@ -16,7 +16,7 @@ from kubecua_testkit.tools import REPO
 from kubecua_testkit.wait import wait_for_objects
 
 CHART = str(REPO / "charts" / "kubecua")
-CRDS = ["sandboxpools.kubecua.dev", "trainingruns.kubecua.dev"]
+CRDS = ["sandboxpools.kubecua.dev", "trainingruns.kubecua.dev", "taskverifications.kubecua.dev"]
 MONITORING = ",".join(
     f"{k}.enabled=true" for k in ("serviceMonitor", "podMonitor", "prometheusRule", "dashboards")
 )
@@ -74,7 +74,7 @@ def test_install_establishes_crds_and_runs_the_operator_on_a_kwok_node(cluster, 
     out = cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in CRDS]
     )
-    assert out.stdout.count("condition met") == 2
+    assert out.stdout.count("condition met") == len(CRDS)
     core = client.CoreV1Api(cluster.api_client())
     pods = wait_for_objects(
         core.list_namespaced_pod,
