@@ -12,6 +12,7 @@ package needs no client.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kubecua_api.constants import (
@@ -105,3 +106,34 @@ def slice_of(endpoint_slice: Any, service: Any, pool: str, pool_uid: str) -> boo
         return bool(ref.uid == service.metadata.uid)
     by_pool = ref.kind == SANDBOXPOOL_KIND and ref.name == pool
     return by_pool and (not pool_uid or ref.uid == pool_uid)
+
+
+def slice_problem(
+    endpoint_slice: Any,
+    pool: str,
+    pool_uid: str,
+    known: Callable[[str], Any],
+    read: Callable[[str], Any],
+) -> str:
+    """'' when a slice belongs to one of the pool's own Services, else why not: the rule the
+    trainer's pool source and `kubecua tasks verify --pool` share. known(name) is the caller's
+    Service of that name seen so far (None: not seen); read(name) reads it again (None: gone).
+    A Service not seen yet, or seen with another uid than the slice's owner, is read again (a new
+    sandbox, or a name that was given up and taken)."""
+    name = (endpoint_slice.metadata.labels or {}).get(SERVICE_NAME_LABEL, "")
+    if not name:
+        return f"no {SERVICE_NAME_LABEL} label"
+    service = known(name)
+    ref = controller(endpoint_slice)
+    if service is None or (
+        ref is not None and ref.kind == "Service" and ref.uid != service.metadata.uid
+    ):
+        service = read(name)
+        if service is None:
+            return f"its Service {name} does not exist"
+    why = foreign_reason(service, pool, pool_uid)
+    if why:
+        return f"its Service {name} is {why}"
+    if not slice_of(endpoint_slice, service, pool, pool_uid):
+        return f"it is not controlled by Service {name} nor by the pool"
+    return ""

@@ -27,10 +27,7 @@ from typing import Any
 
 from kubecua_api.constants import GROUP, POOL_LABEL, SANDBOXPOOL_PLURAL, VERSION
 from kubecua_api.discovery import (
-    SERVICE_NAME_LABEL,
-    controller,
-    foreign_reason,
-    slice_of,
+    slice_problem,
     slice_urls,
 )
 
@@ -252,25 +249,10 @@ class PoolWatch:
         return slice_urls(endpoint_slice)
 
     def _foreign(self, endpoint_slice: Any) -> str:
-        """'' when the slice belongs to one of the pool's own Services, else why not. A Service
-        not seen yet, or seen with another uid than the slice's owner, is read again."""
-        name = (endpoint_slice.metadata.labels or {}).get(SERVICE_NAME_LABEL, "")
-        if not name:
-            return f"no {SERVICE_NAME_LABEL} label"
-        service = self._services.get(name)
-        ref = controller(endpoint_slice)
-        if service is None or (
-            ref is not None and ref.kind == "Service" and ref.uid != service.metadata.uid
-        ):
-            service = self._read_service(name)
-            if service is None:
-                return f"its Service {name} does not exist"
-        why = foreign_reason(service, self.pool, self.uid)
-        if why:
-            return f"its Service {name} is {why}"
-        if not slice_of(endpoint_slice, service, self.pool, self.uid):
-            return f"it is not controlled by Service {name} nor by the pool"
-        return ""
+        """'' when the slice is one of the pool's own Services', else why not (slice_problem)."""
+        return slice_problem(
+            endpoint_slice, self.pool, self.uid, self._services.get, self._read_service
+        )
 
     def _read_service(self, name: str) -> Any:
         from kubernetes.client.exceptions import ApiException
