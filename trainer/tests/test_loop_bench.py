@@ -64,6 +64,11 @@ def test_loop_bench_smoke_gives_sane_figures(tmp_path) -> None:
                       mode["generation"]["decode_tokens_per_second"],
                       mode["learner"]["tokens_per_second"]):  # fmt: skip
             assert value > 0, (name, mode)
+        learner = mode["learner"]
+        # forward+backward alone is the step less its optimizer: never slower than the step
+        assert learner["fwd_bwd_tokens_per_second"] >= learner["tokens_per_second"], name
+        # every sample holds at least one screenshot, at most one a turn
+        assert 1 <= learner["images_per_sample"] <= doc["workload"]["turns"], (name, learner)
         split = mode["gpu_time"]
         assert set(split) == {"generating", "learning", "both", "idle"}
         assert all(0.0 <= v <= 1.0 for v in split.values())

@@ -169,6 +169,10 @@ class Learner:
             "logprob_mismatch": totals["mismatch"] / tokens,
             "tokens": float(sum(lengths)),
             "sequence_tokens": float(sum(int(s.input_ids.numel()) for s in samples)),
+            # screenshots in the step's samples: what a benchmark of the same shape needs
+            "images": float(
+                sum(0 if s.image_grid_thw is None else len(s.image_grid_thw) for s in samples)
+            ),
             # MasterAdamW's pipelined offload: the optimizer's own seconds in the step (with
             # defer, queueing the gradients' copies only: the update runs after the step)
             "optimizer_seconds": float(
