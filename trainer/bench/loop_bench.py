@@ -256,9 +256,7 @@ def learner_settings(learner: Any) -> dict[str, Any]:
     }
 
 
-def learner_bench(
-    a: argparse.Namespace, settings: dict[str, Any], images: int
-) -> dict[str, Any]:
+def learner_bench(a: argparse.Namespace, settings: dict[str, Any], images: int) -> dict[str, Any]:
     """`make bench-trainer`'s forward+backward case on the loop's shape (the 3B shape, one sample
     of `images` screenshots at the loop's 1260x700) with the loop's learner settings, in a child
     process of this call (bench/learner_bench.py run_case)."""
@@ -382,8 +380,9 @@ def summarise(
                 seq_tokens / max(learn_seconds - optimizer_seconds, 1e-9), 1
             ),
             # the shape the learner saw: the in-loop/bench comparison runs the bench on it
-            "images_per_sample": round(sum(r.get("images", 0.0) for r in measured)
-                                       / max(samples, 1.0), 2),
+            "images_per_sample": round(
+                sum(r.get("images", 0.0) for r in measured) / max(samples, 1.0), 2
+            ),
             "tokens_per_sample": round(seq_tokens / max(samples, 1.0), 1),
             # in optimizer.step() (deferred: queueing the gradients' copies), and the host
             # update after it; fence_wait: the time anything (the next step's first generation,
