@@ -256,10 +256,13 @@ def learner_settings(learner: Any) -> dict[str, Any]:
     }
 
 
-def learner_bench(a: argparse.Namespace, settings: dict[str, Any], images: int) -> dict[str, Any]:
+def learner_bench(
+    a: argparse.Namespace, settings: dict[str, Any], images: int, length: int | None = None
+) -> dict[str, Any]:
     """`make bench-trainer`'s forward+backward case on the loop's shape (the 3B shape, one sample
-    of `images` screenshots at the loop's 1260x700) with the loop's learner settings, in a child
-    process of this call (bench/learner_bench.py run_case)."""
+    of `images` screenshots at the loop's 1260x700, opened with earlier turns' text up to `length`
+    tokens) with the loop's learner settings, in a child process of this call
+    (bench/learner_bench.py run_case)."""
     from bench.learner_bench import run_case
 
     text_done, text_all = (int(x) for x in settings["text_checkpointed"].split("/"))
@@ -272,6 +275,7 @@ def learner_bench(a: argparse.Namespace, settings: dict[str, Any], images: int) 
         # the loop's settings were chosen for this card's memory (speedups/choice.py), not for
         # bench-trainer's 78 GiB cap (an 80 GB H100)
         "memory_cap": False,
+        "length": length,
     }  # fmt: skip
     return {"case": spec} | run_case("loop_shape_fwd_bwd", spec)
 
@@ -545,13 +549,14 @@ async def main_async(a: argparse.Namespace, work: Path, gpu: bool) -> dict[str, 
 def compare_with_bench(a: argparse.Namespace, mode: dict[str, Any]) -> dict[str, Any]:
     """The in-loop learner's forward+backward rate over the learner bench's on samples of the
     same shape (issue 46's goal is 0.9). The bench runs one sample with as many screenshots as
-    the loop's samples held on average; the loop's rate leaves out the optimizer's seconds,
-    which the bench's fwd_bwd case does not have. Comparing with --turns screenshots (2,688
-    against 9,976 tokens a sample on the recorded episodes) measured the sample length, not the
-    loop."""
+    the loop's samples held on average, as many tokens long as theirs; the loop's rate leaves out
+    the optimizer's seconds, which the bench's fwd_bwd case does not have. Comparing with --turns
+    screenshots (2,688 against 9,976 tokens a sample on the recorded episodes, which keep one
+    screenshot) measured the sample length, not the loop."""
     learner = mode["learner"]
     images = max(1, round(learner.get("images_per_sample") or a.turns))
-    bench = learner_bench(a, mode["learner_settings"], images)
+    length = round(learner["tokens_per_sample"]) if learner.get("tokens_per_sample") else None
+    bench = learner_bench(a, mode["learner_settings"], images, length)
     loop_rate = learner.get("fwd_bwd_tokens_per_second") or learner["tokens_per_second"]
     bench_rate = bench.get("tokens_per_second")
     return bench | {

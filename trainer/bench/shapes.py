@@ -111,14 +111,22 @@ def image_grid(width: int, height: int, patch: int) -> tuple[int, int, int]:
     return 1, max(1, round(height / f)) * 2, max(1, round(width / f)) * 2
 
 
-def synthetic_sample(model: Any, images: int, width: int, height: int, seed: int = 0) -> Sample:
-    """A multi-turn sample (random pixels, random text ids) with the real token layout."""
+def synthetic_sample(
+    model: Any, images: int, width: int, height: int, seed: int = 0, length: int | None = None
+) -> Sample:
+    """A multi-turn sample (random pixels, random text ids) with the real token layout. With
+    `length`, earlier turns' text (prompt tokens, no loss) opens it up to that many tokens: the
+    shape of a loop's samples, which keep one screenshot of many turns (bench/loop_bench.py)."""
     vcfg = model.config.vision_config
     grid = image_grid(width, height, vcfg.patch_size)
     pads = grid[0] * grid[1] * grid[2] // 4
     gen = torch.Generator().manual_seed(seed)
     ids: list[torch.Tensor] = []
     mask: list[torch.Tensor] = []
+    history = (length or 0) - images * (PROMPT_TOKENS + pads + 2 + GENERATED_TOKENS)
+    if history > 0:
+        ids.append(torch.randint(0, 151000, (history,), generator=gen))
+        mask.append(torch.zeros(history, dtype=torch.bool))
     for _ in range(images):
         turn = [torch.randint(0, 151000, (PROMPT_TOKENS,), generator=gen),
                 torch.tensor([TOKEN_IDS["vision_start_token_id"]]),

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_distributed_learner import TRAINER_DIR
 
 from bench import loop_bench, loop_scaling
@@ -130,3 +131,20 @@ def test_loop_scaling_example() -> None:
         (2, ["sync"], "world-2-sync.json"),
         (2, ["disaggregated"], "world-2-disaggregated.json"),
     ]
+
+
+def test_the_bench_sample_takes_the_loops_length_without_more_loss_tokens() -> None:
+    """The in-loop/bench comparison runs the bench on samples as long as the loop's: the extra
+    length is earlier turns' text, which carries no loss."""
+    from bench.shapes import build_model, synthetic_sample
+
+    model = build_model("tiny_qwen2_5_vl", "cpu")
+    plain = synthetic_sample(model, 1, 112, 112)
+    long = synthetic_sample(model, 1, 112, 112, length=500)
+    assert long.input_ids.numel() == 500
+    assert int(long.loss_mask.sum()) == int(plain.loss_mask.sum())
+    assert torch.equal(long.image_grid_thw, plain.image_grid_thw)
+    # shorter than one turn already is: the sample is left as it is
+    assert (
+        synthetic_sample(model, 1, 112, 112, length=10).input_ids.numel() == plain.input_ids.numel()
+    )
