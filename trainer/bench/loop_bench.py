@@ -73,10 +73,13 @@ SMOKE = {"steps": 2, "turns": 2, "group": 2, "new_tokens": 8, "latency_scale": 0
 # mode -> (rollout.maxStaleness, spec.trainer.placement); disaggregated needs a world of 2+
 MODES = {"sync": (0, "colocated"), "staleness_1": (1, "colocated"),
          "disaggregated": (1, "disaggregated"),
-         "staleness_1_unshared": (1, "colocated")}  # fmt: skip
+         "staleness_1_unshared": (1, "colocated"),
+         "staleness_1_no_yield": (1, "colocated")}  # fmt: skip
 # staleness_1_unshared: maxStaleness 1 without gpu_share.py (one stream, no chunk rule), the
-# comparison for the GPU sharing; not in the default --modes
+# comparison for the GPU sharing; staleness_1_no_yield: gpu_share.py's streams but a learner
+# chunk never waits for the engine (max_yield_seconds 0); neither in the default --modes
 UNSHARED = {"staleness_1_unshared"}
+NO_YIELD = {"staleness_1_no_yield"}
 
 
 def world() -> tuple[int, int]:
@@ -398,6 +401,8 @@ def summarise(
             ),
             # issue 24 item 3: the step's forward+backward seconds over its whole own seconds
             "fwd_bwd_share": round(1 - optimizer_seconds / max(learn_seconds, 1e-9), 3),
+            # gpu_share.py: the seconds a step's chunks waited for the engine to idle
+            "yield_seconds": [round(r.get("share_yield_seconds", 0.0), 2) for r in measured],
             "weight_refresh_seconds": [
                 round(r.get("weight_refresh_seconds", 0.0), 3) for r in measured
             ],
@@ -449,6 +454,7 @@ async def one_mode(
 ) -> dict[str, Any] | None:
     """The mode's figures on rank 0; None on the other processes of a torchrun world."""
     from kubecua_trainer.config import API_VERSION, KIND, parse_training_run
+    from kubecua_trainer.parallel import gpu_share
     from kubecua_trainer.run.train import RunOptions, train
     from kubecua_trainer.sources.static import StaticSource
 
@@ -472,7 +478,12 @@ async def one_mode(
         checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
         share_gpu=mode not in UNSHARED,
     )
-    result = await train(parse_training_run(obj), opts)
+    yield_bound = gpu_share.MAX_YIELD_SECONDS
+    gpu_share.MAX_YIELD_SECONDS = 0.0 if mode in NO_YIELD else yield_bound
+    try:
+        result = await train(parse_training_run(obj), opts)
+    finally:
+        gpu_share.MAX_YIELD_SECONDS = yield_bound
     if not result.main:
         if placement == "disaggregated" and built:
             write_generator_figures(built[0][0], a)

@@ -232,7 +232,7 @@ def share_for(device: torch.device, overlap: bool, wanted: bool) -> GpuShare | N
     if not wanted:
         log.info("GPU sharing off: generation and learning launch on the default stream")
         return None
-    share = GpuShare(device)
+    share = GpuShare(device, MAX_YIELD_SECONDS)  # read now: a bench's mode may set it
     share.open()
     log.info("%s", share.describe())
     return share
