@@ -141,3 +141,19 @@ def test_a_read_only_summary_runs_nothing_and_counts_missing_runs_as_failed(tmp_
     res = asyncio.run(robustness.sweep("demo", Path("/m"), fam, [], args))
     assert res["rate"] == "1/2"
     assert res["failed_runs"][0]["error"].startswith("not run")
+
+
+def test_family_plays_the_bench_recipe_on_another_family(tmp_path: Path) -> None:
+    """--family swaps the bench recipe's family, as bench-learning's --family does; a folder
+    without family.json is refused naming it."""
+    other = robustness.recipes()["demo"][0]  # colourkeys-demo: not the bench's own family
+    assert other != robustness.recipes()["bench"][0]
+    common = ["--recipes", "bench", "--read-only", "--seeds", "0", "--threads", "1"]
+    robustness.main(
+        [*common, "--family", str(other), "--model", "bench=/m", "--out", str(tmp_path)]
+    )
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["bench"]["family"] == "sandbox-image/tasks/colourkeys-demo"
+    assert doc["bench"]["rate"] == "0/1"  # nothing was run: the run asked for counts as failed
+    with pytest.raises(SystemExit, match=r"--family .*nowhere: no family\.json"):
+        robustness.main([*common, "--family", str(tmp_path / "nowhere"), "--out", str(tmp_path)])

@@ -20,6 +20,8 @@ rate, per thread count, the worst seed, every run's figures) and writes it to
 --out/result.json.
 What it leaves out: the desktops (the real pipeline's `make demo` and `make bench-learning` are
 measured apart; docs/benchmarks.md); the continued-SFT arm (capped at 1 s here).
+--family DIR plays the bench's recipe on another family (its own model, built from its words), the
+offline counterpart of `make bench-learning BENCH_ARGS="--family DIR"`.
 How to run: make bench-robustness [ROBUST_ARGS="--recipes demo --seeds 0 1 2 --threads 1"],
 or from trainer/: .venv/bin/python -m bench.learning.robustness --out ../out/bench-robustness
 """
@@ -240,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="a built model for a recipe (default: built into the cache)")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="settings",
                    help="a variant: set a spec field, e.g. warmup.schedule=cosine")  # fmt: skip
+    p.add_argument("--family", default="", metavar="DIR",
+                   help="the bench recipe on this family's folder instead of colourkeys-quits "
+                   "(bench-learning's --family, offline)")  # fmt: skip
     p.add_argument("--python", default=sys.executable)
     p.add_argument(
         "--read-only", action="store_true", help="run nothing: summarise the runs in --out"
@@ -253,6 +258,13 @@ def main(argv: list[str] | None = None) -> None:
     result: dict[str, Any] = {"seeds": args.seeds, "threads": args.threads, "alpha": args.alpha}
     result["settings"] = args.settings
     all_recipes = recipes(tuple(args.settings))
+    if args.family:
+        fam = Path(args.family).resolve()
+        if not (fam / "family.json").is_file():
+            raise SystemExit(
+                f"--family {args.family}: no family.json there (make untuned-families)"
+            )
+        all_recipes["bench"] = (fam, all_recipes["bench"][1])
     for name in args.recipes:
         fam, flags = all_recipes[name]
         model = model_for(fam, cache, given.get(name))
