@@ -74,12 +74,15 @@ SMOKE = {"steps": 2, "turns": 2, "group": 2, "new_tokens": 8, "latency_scale": 0
 MODES = {"sync": (0, "colocated"), "staleness_1": (1, "colocated"),
          "disaggregated": (1, "disaggregated"),
          "staleness_1_unshared": (1, "colocated"),
-         "staleness_1_no_yield": (1, "colocated")}  # fmt: skip
+         "staleness_1_no_yield": (1, "colocated"),
+         "staleness_1_adaptive": (1, "colocated")}  # fmt: skip
 # staleness_1_unshared: maxStaleness 1 without gpu_share.py (one stream, no chunk rule), the
 # comparison for the GPU sharing; staleness_1_no_yield: gpu_share.py's streams but a learner
-# chunk never waits for the engine (max_yield_seconds 0); neither in the default --modes
+# chunk never waits for the engine (max_yield_seconds 0); staleness_1_adaptive: the bound moves
+# between steps (gpu_share.ADAPTIVE_YIELD); none of them in the default --modes
 UNSHARED = {"staleness_1_unshared"}
 NO_YIELD = {"staleness_1_no_yield"}
+ADAPTIVE = {"staleness_1_adaptive"}
 
 
 def world() -> tuple[int, int]:
@@ -403,6 +406,7 @@ def summarise(
             "fwd_bwd_share": round(1 - optimizer_seconds / max(learn_seconds, 1e-9), 3),
             # gpu_share.py: the seconds a step's chunks waited for the engine to idle
             "yield_seconds": [round(r.get("share_yield_seconds", 0.0), 2) for r in measured],
+            "yield_bound_seconds": [round(r.get("share_yield_bound", 0.0), 3) for r in measured],
             "weight_refresh_seconds": [
                 round(r.get("weight_refresh_seconds", 0.0), 3) for r in measured
             ],
@@ -478,12 +482,13 @@ async def one_mode(
         checkpoints=False,  # the 3B shape's optimizer state would fill the machine's disk
         share_gpu=mode not in UNSHARED,
     )
-    yield_bound = gpu_share.MAX_YIELD_SECONDS
+    yield_bound, adaptive = gpu_share.MAX_YIELD_SECONDS, gpu_share.ADAPTIVE_YIELD
     gpu_share.MAX_YIELD_SECONDS = 0.0 if mode in NO_YIELD else yield_bound
+    gpu_share.ADAPTIVE_YIELD = mode in ADAPTIVE or adaptive
     try:
         result = await train(parse_training_run(obj), opts)
     finally:
-        gpu_share.MAX_YIELD_SECONDS = yield_bound
+        gpu_share.MAX_YIELD_SECONDS, gpu_share.ADAPTIVE_YIELD = yield_bound, adaptive
     if not result.main:
         if placement == "disaggregated" and built:
             write_generator_figures(built[0][0], a)

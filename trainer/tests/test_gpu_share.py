@@ -127,3 +127,21 @@ def test_the_shared_learner_steps_to_the_same_bits_as_the_unshared_one(
     pairs = zip(plain.model.named_parameters(), shared.model.named_parameters(), strict=True)
     for (name, a), (_, b) in pairs:
         assert torch.equal(a, b), name
+
+
+def test_the_adaptive_bound_halves_when_rollouts_wait_and_doubles_when_the_learner_does() -> None:
+    """adapt(): between steps, within [MIN_YIELD_SECONDS, the bound given]; a fixed share (the
+    default) never moves."""
+    from kubecua_trainer.parallel import gpu_share
+
+    share = GpuShare(torch.device("cpu"), 1.0, adaptive=True)
+    for _ in range(10):
+        share.adapt(rollouts_ready=True)
+    assert share.max_yield_seconds == gpu_share.MIN_YIELD_SECONDS
+    for _ in range(10):
+        share.adapt(rollouts_ready=False)
+    assert share.max_yield_seconds == 1.0  # never above the bound it was given
+    assert share.step_stats()["share_yield_bound"] == 1.0
+    fixed = GpuShare(torch.device("cpu"), 1.0)
+    fixed.adapt(rollouts_ready=True)
+    assert fixed.max_yield_seconds == 1.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import subprocess
 import sys
 import time
@@ -148,3 +149,28 @@ def test_the_bench_sample_takes_the_loops_length_without_more_loss_tokens() -> N
     assert (
         synthetic_sample(model, 1, 112, 112, length=10).input_ids.numel() == plain.input_ids.numel()
     )
+
+
+def test_the_adaptive_mode_moves_the_bound_between_steps(monkeypatch) -> None:
+    """bench-loop's staleness_1_adaptive: the training loop tells the share, at each step whose
+    rollouts it launched ahead, whether they were done; the bound it reports stays within its
+    range, and the shared default is back after the mode."""
+    from kubecua_trainer.parallel import gpu_share
+
+    told: list[bool] = []
+    adapt = gpu_share.GpuShare.adapt
+
+    def spy(self: gpu_share.GpuShare, rollouts_ready: bool) -> None:
+        told.append(rollouts_ready)
+        adapt(self, rollouts_ready)
+
+    monkeypatch.setattr(gpu_share.GpuShare, "adapt", spy)
+    doc = loop_bench.main(["--smoke", "--modes", "staleness_1_adaptive", "--steps", "4"])
+    assert len(told) == 3, told  # steps 2-4 were launched ahead
+    assert all(isinstance(r, bool) for r in told)
+    bounds = doc["modes"]["staleness_1_adaptive"]["learner"]["yield_bound_seconds"]
+    assert bounds, doc["modes"]
+    assert all(gpu_share.MIN_YIELD_SECONDS <= b <= gpu_share.MAX_YIELD_SECONDS for b in bounds)
+    # halvings and doublings of 1 s only
+    assert all(math.log2(b).is_integer() or b == gpu_share.MIN_YIELD_SECONDS for b in bounds)
+    assert gpu_share.ADAPTIVE_YIELD is False

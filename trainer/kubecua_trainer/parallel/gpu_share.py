@@ -76,6 +76,13 @@ log = logging.getLogger(__name__)
 # desktop's action lasts seconds, so an engine busy that long means the desktops keep it busy and
 # the learner must share: 1 s bounds the learner's loss to 1 s a sample (8 s a step of 8).
 MAX_YIELD_SECONDS = 1.0
+# Issue 46 (one H200, 2026-11-29, docs/benchmarks.md): at 8 groups the fixed 1 s bound made the
+# learner's 64 chunks wait 10 s a step while the next step's rollouts were done early (123.2
+# trajectories/min); no wait at all made generation the bound instead (109.0). ADAPTIVE_YIELD
+# moves the bound between steps by which side the loop waited for (adapt()); off until a GPU
+# run measures it faster (bench-loop's staleness_1_adaptive mode sets it).
+ADAPTIVE_YIELD = False
+MIN_YIELD_SECONDS = 0.02
 SWITCH_INTERVAL_SECONDS = 0.0005
 _POLL_SECONDS = 0.002  # how often a yielding learner looks again (a sleep: the GIL is free)
 # torch clamps a priority to the device's range (lower numbers are higher priorities; 0 is the
@@ -100,9 +107,16 @@ class GpuShare:
     runs its step inside learning(), each sample's forward and backward inside chunk() and its
     optimizer step inside capture_fence()."""
 
-    def __init__(self, device: torch.device, max_yield_seconds: float = MAX_YIELD_SECONDS):
+    def __init__(
+        self,
+        device: torch.device,
+        max_yield_seconds: float = MAX_YIELD_SECONDS,
+        adaptive: bool = False,
+    ):
         self.device = device
         self.max_yield_seconds = max_yield_seconds
+        self.ceiling = max_yield_seconds  # adapt() never goes above the bound it was given
+        self.adaptive = adaptive
         cuda = device.type == "cuda"
         self.generation_stream = torch.cuda.Stream(device, HIGHEST_PRIORITY) if cuda else None
         self.learning_stream = torch.cuda.Stream(device, LOWEST_PRIORITY) if cuda else None
@@ -207,6 +221,27 @@ class GpuShare:
                 self.yielding.clear()
         self.chunks.append(Chunk(time.time(), time.perf_counter() - start, work))
 
+    def adapt(self, rollouts_ready: bool) -> None:
+        """Between learner steps (adaptive only): the bound halves when the step's rollouts were
+        already played as the learner came for them (the engine had time to spare: the learner
+        waited for nothing it needed) and doubles when the learner had to wait for them (the
+        engine is the bound: give it more of the GPU), within [MIN_YIELD_SECONDS, the bound
+        given]. A halving and a doubling cancel, so the bound settles where the two sides
+        finish together.
+
+        >>> s = GpuShare(torch.device("cpu"), 1.0, adaptive=True)
+        >>> s.adapt(True); s.adapt(True); s.max_yield_seconds
+        0.25
+        >>> s.adapt(False); s.max_yield_seconds
+        0.5
+        """
+        if not self.adaptive:
+            return
+        if rollouts_ready:
+            self.max_yield_seconds = max(MIN_YIELD_SECONDS, self.max_yield_seconds / 2)
+        else:
+            self.max_yield_seconds = min(self.ceiling, self.max_yield_seconds * 2)
+
     def step_stats(self) -> dict[str, float]:
         """The current learner step's chunks: how many waited, for how long in all, and how many
         started at the bound with the engine still admitting."""
@@ -216,6 +251,7 @@ class GpuShare:
             "share_yields": float(sum(1 for c in mine if c.waited > 0)),
             "share_yield_seconds": sum(c.waited for c in mine),
             "share_yield_timeouts": float(sum(1 for c in mine if c.engine_work)),
+            "share_yield_bound": self.max_yield_seconds,
         }
 
 
@@ -232,7 +268,7 @@ def share_for(device: torch.device, overlap: bool, wanted: bool) -> GpuShare | N
     if not wanted:
         log.info("GPU sharing off: generation and learning launch on the default stream")
         return None
-    share = GpuShare(device, MAX_YIELD_SECONDS)  # read now: a bench's mode may set it
+    share = GpuShare(device, MAX_YIELD_SECONDS, ADAPTIVE_YIELD)  # read now: a bench mode sets them
     share.open()
     log.info("%s", share.describe())
     return share

@@ -205,6 +205,9 @@ async def _loop(first_step: int, lp: Loop) -> None:
     try:
         for step in range(first_step, spec.steps + 1):
             stop.finishing = False
+            early = inflight.get(step)  # launched while the last step learned (maxStaleness)
+            if early is not None and lp.learner.share is not None:
+                lp.learner.share.adapt(rollouts_ready=early.done())  # gpu_share.py
             launch(step)  # synchronous: only now, after the previous update
             done, played = await stop.unless_stopped(inflight.pop(step))
             if d.any(not done):  # abandoned mid-rollout (on any rank): the last step stands
