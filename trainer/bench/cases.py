@@ -106,7 +106,8 @@ def fwd_bwd(a: SimpleNamespace) -> dict:
     model, ckpt, info = _optimised(a)
     policy = bench_policy(model)
     learner = Learner(policy, ALGO)  # AdamW state is created at step(), which never runs here
-    sample = synthetic_sample(model, a.images, *a.size, length=getattr(a, "length", None))
+    width, height = a.size
+    sample = synthetic_sample(model, a.images, width, height, length=getattr(a, "length", None))
     weight = 1.0 / int(sample.loss_mask.sum())
     model.train()
 
