@@ -36,6 +36,11 @@ fi
 for tool in qemu-img mkfs.ext4; do
   command -v "$tool" >/dev/null || { log "$tool is missing: make setup-apt (hack/apt/vm.txt)"; exit 2; }
 done
+# One build at a time: make test runs test-vm and test-bench-smoke (bench-vm) in different lanes
+# (hack/run-suites.sh), and both ask for the disk; the second waits here, then finds it up to date.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock -w 1200 9 || log "another build held $cache/.build.lock for 20 min; going on without it"
 "${PODMAN[@]}" image exists "$sandbox" || "$here/build-images.sh" sandbox
 
 inputs=(hack/build-vm-disk.sh sandbox-image/vm/Dockerfile sandbox-image/vm/init.sh

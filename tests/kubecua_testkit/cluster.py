@@ -18,9 +18,12 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,11 +73,27 @@ KWOK_TAINT = "kubecua.dev/kwok=true:NoSchedule"
 
 
 def _kwokctl(*args: str | os.PathLike[str], timeout: float = 180, conf: Path = KWOKCTL_CONFIG):
-    return run(
-        [binary("kwokctl"), "--config", conf, *args],
-        env={"KWOK_WORKDIR": str(workdir())},
-        timeout=timeout,
-    )
+    locked = args[0] in ("create", "delete")
+    with _one_kwokctl_at_a_time() if locked else contextlib.nullcontext():
+        return run(
+            [binary("kwokctl"), "--config", conf, *args],
+            env={"KWOK_WORKDIR": str(workdir())},
+            timeout=timeout,
+        )
+
+
+@contextlib.contextmanager
+def _one_kwokctl_at_a_time() -> Iterator[None]:
+    """Hold a lock file in the kwok work directory while a cluster is created or deleted.
+
+    kwokctl gives a new cluster the first free ports counting down from 32767 and binds them
+    only when its components start, and it rewrites the shared contexts.yaml: two suites
+    creating clusters at once (make test runs two lanes, hack/run-suites.sh) could pick the same
+    ports. `create --wait` returns once they are bound, so the next creation sees them taken."""
+    workdir().mkdir(parents=True, exist_ok=True)
+    with open(workdir() / ".kwokctl.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def cluster_dir(name: str) -> Path:
