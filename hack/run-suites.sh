@@ -60,6 +60,18 @@ flush() {
 	done
 }
 
+# Targets one after another here, output on stdout, other lanes' ended logs printed after each.
+in_turn() {
+	local t
+	# shellcheck disable=SC2086 # a lane is a space-separated list of targets
+	for t in $1; do
+		[[ -e $stop ]] && break
+		run_one "$t" -
+		took_line "$t"
+		flush
+	done
+}
+
 # shellcheck disable=SC2206 # every target named, each a word
 all=(prepare lint $last "$@")
 # Set-up first (its failure ends make test, as before), then lint on its own.
@@ -82,25 +94,14 @@ if [[ ! -e $stop ]]; then
 		done) &
 		pids+=($!)
 	done
-	# shellcheck disable=SC2086
-	for t in $lane1; do
-		[[ -e $stop ]] && break
-		run_one "$t" -
-		took_line "$t"
-		flush
-	done
+	in_turn "$lane1"
 fi
 for pid in "${pids[@]}"; do
 	wait "$pid"
 	flush
 done
 flush
-# shellcheck disable=SC2086
-for t in $last; do
-	[[ -e $stop ]] && break
-	run_one "$t" -
-	took_line "$t"
-done
+in_turn "$last"
 
 # The table, in the order of the Makefile's TEST_TARGETS (prepare, lint first).
 times="" failed=""
