@@ -12,8 +12,9 @@ setup-node: setup-apt setup-go ## a real node: kubelet, kube-proxy, pause image 
 # unchanged. The trainer image is the one the chart ships (CUDA torch: PyPI has no CPU build of
 # torch for x86_64 Linux and PyTorch's own index cannot be reached here); its 4 GB of wheels come
 # from the uv cache that trainer-env filled, so it builds in minutes, not the 16 of a download.
+# The tasks image is the base of test_real_node_task_verification.py's verifier image.
 node-images: setup-apt trainer-env
-	hack/build-images.sh operator sandbox trainer
+	hack/build-images.sh operator sandbox trainer tasks
 
 # The chart's own test files run under test-charts; everything else in e2e/ runs here.
 # vm-disk and vm-runner: test_real_node_vm_pool.py boots the VM disk in a pod of that image.
