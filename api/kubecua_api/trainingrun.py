@@ -320,6 +320,29 @@ class AlgorithmConfig(ApiModel):
         description="Entropy bonus: coef x the mean token entropy is subtracted from the loss.",
     )
 
+    mini_batches: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Optimizer steps per training step: the step's samples are split, in their"
+        " order (a group's episodes together), into this many mini-batches, each one AdamW step"
+        " with its own aggregation (verl's ppo_mini_batch_size). With more than 1 the ratio and"
+        " its clip act against the log-probs the learner computed before the step's first"
+        " update. At most one mini-batch an episode (groupSize x tasksPerStep).",
+    )
+
+    @model_validator(mode="after")
+    def _mini_batches_fit(self) -> AlgorithmConfig:
+        # the CRD says the same in CEL; this is for specs validated without an API server
+        # (make demo, kubecua validate)
+        episodes = self.group_size * self.tasks_per_step
+        if self.mini_batches > episodes:
+            raise ValueError(
+                f"algorithm.miniBatches: {self.mini_batches} is more than the step's"
+                f" {episodes} episodes (groupSize x tasksPerStep)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _aggregation_of_policy_loss(self) -> AlgorithmConfig:
         if self.aggregation is None:

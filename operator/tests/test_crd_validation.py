@@ -270,6 +270,16 @@ BAD = [
         "spec.algorithm.entropyCoef",
     ),
     (
+        "more mini-batches than the step's episodes",
+        with_spec(RUN, algorithm={"groupSize": 4, "tasksPerStep": 2, "miniBatches": 9}),
+        "spec.algorithm.miniBatches: Invalid value",
+    ),
+    (
+        "zero mini-batches",
+        with_spec(RUN, algorithm={"miniBatches": 0}),
+        "spec.algorithm.miniBatches",
+    ),
+    (
         "zero end temperature",
         with_spec(RUN, algorithm={"temperatureEnd": 0}),
         "spec.algorithm.temperatureEnd",
@@ -450,6 +460,7 @@ def test_defaults_fill_a_minimal_training_run(cluster, crds, namespace):
     assert spec["suspend"] is False
     assert spec["algorithm"]["gspoClip"] == {"low": 0.0003, "high": 0.0004}
     assert (spec["algorithm"]["policyLoss"], spec["algorithm"]["entropyCoef"]) == ("ppo", 0)
+    assert spec["algorithm"]["miniBatches"] == 1  # one optimizer step a training step
     assert "evaluation" not in spec  # off unless asked for, as the warm-up
     assert spec["reward"] == {"score": 1, "partial": 0, "format": 0,
                               "penalties": {"repeat": 0, "invalid": 0, "turn": 0}}  # fmt: skip

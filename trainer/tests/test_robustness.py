@@ -53,10 +53,11 @@ def test_a_stopping_rule_becomes_the_offline_checks() -> None:
                 "greedyPassMax": 0.5,
             },
         },
-        "algorithm": {"tasksPerStep": 4, "groupSize": 8, "learningRate": 3e-4},
+        "algorithm": {"tasksPerStep": 4, "groupSize": 8, "learningRate": 3e-4, "miniBatches": 2},
         "reward": {"score": 2.0, "partial": 0.5},
     }
     f = flags(robustness.offline_args(spec))
+    assert f["--mini-batches"] == "2"
     assert (f["--check-every"], f["--max-epochs"], f["--probe"], f["--k"]) == (
         "45",
         "60",

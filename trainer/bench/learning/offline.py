@@ -316,6 +316,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             "temperature": 1.0,
             "mode": args.mode,
             "turnDiscount": args.turn_discount,
+            "miniBatches": args.mini_batches,
         }
     )
     shot = Image.open(args.screenshot) if args.screenshot else None
@@ -329,6 +330,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     t0 = time.monotonic()
     warm_file = args.warm_dir and f"{args.warm_dir}/warm-seed{seed}.pt"
+    loaded_goal: list[dict[str, Any]] | None = None
     if warm_file and os.path.exists(warm_file):  # the same seed's warm-up, run before
         saved = torch.load(warm_file, weights_only=False)
         off.policy.model.load_state_dict(saved["model"])
@@ -336,6 +338,9 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         warm.rng.setstate(saved["rng"])
         warm.epochs, checks = saved["epochs"], saved["checks"]
         warm.steps = saved.get("steps", 0)
+        loaded_goal = saved.get("goal_checks")  # its goal was measured (and extended) then
+        if "torch_rng" in saved:  # GRPO then samples as after a warm-up run here
+            torch.set_rng_state(saved["torch_rng"])
     while not checks or not stop_here(checks[-1], args):
         if warm.epochs >= args.max_epochs:
             break
@@ -343,8 +348,9 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         p1, pk = await off.stop_rule(probe, args.k)
         checks.append({"epochs": warm.epochs, "pass1": p1, f"pass{args.k}": pk})
         print(f"seed {seed}: warm-up {warm.epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
-    goal_checks = []
-    if args.goal_min > 0:  # spec.warmup.goal with onBelowGoal extend (0 extension epochs: fail)
+    goal_checks = loaded_goal or []
+    # spec.warmup.goal with onBelowGoal extend (0 extension epochs: fail)
+    if args.goal_min > 0 and loaded_goal is None:
         goal = WarmupGoalConfig(replyMatchMin=args.goal_min)
         goal_checks.append(warm.goal(goal, seed))
         if not goal_checks[-1]["met"] and args.goal_extend > 0:
@@ -355,7 +361,8 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     if warm_file and not os.path.exists(warm_file):
         state = {"model": off.policy.model.state_dict(), "optimizer": warm.optimizer.state_dict(),
                  "rng": warm.rng.getstate(), "epochs": warm.epochs, "checks": checks,
-                 "steps": warm.steps}  # fmt: skip
+                 "steps": warm.steps, "goal_checks": goal_checks,
+                 "torch_rng": torch.get_rng_state()}  # fmt: skip
         os.makedirs(os.path.dirname(warm_file), exist_ok=True)
         torch.save(state, warm_file)
     start_rows = [r[0] for r in await off.success(heldout)]
@@ -443,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--mode", default="perTurn", choices=["trajectory", "perTurn"])
     p.add_argument("--turn-discount", type=float, default=1.0)
+    p.add_argument("--mini-batches", type=int, default=1, help="optimizer steps per GRPO step")
     p.add_argument("--demos", type=int, default=0, help="only the first N demonstrations")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained evaluation")

@@ -60,6 +60,7 @@ def offline_args(spec: dict[str, Any]) -> list[str]:
         "--group", str(algo["groupSize"]),
         "--lr", str(algo["learningRate"]),
         "--mode", str(algo.get("mode", "trajectory")),
+        "--mini-batches", str(algo.get("miniBatches", 1)),
         "--partial-weight", str(reward.get("partial", 0.0) / reward.get("score", 1.0)),
         "--warmup-lr", str(warm["learningRate"]),
         "--warmup-batch", str(warm.get("batchSize", 2)),
@@ -147,7 +148,14 @@ def verdict(run: dict[str, Any], alpha: float) -> dict[str, Any]:
 
 
 async def one(
-    py: str, model: Path, fam: Path, flags: list[str], seed: int, threads: int, out: Path
+    py: str,
+    model: Path,
+    fam: Path,
+    flags: list[str],
+    seed: int,
+    threads: int,
+    out: Path,
+    warm_dir: str = "",
 ) -> dict[str, Any]:
     """One offline run in its own process (its own thread pool); its log beside its JSON. A run
     whose JSON is there already (a sweep stopped part way, or one copied from another machine)
@@ -161,6 +169,8 @@ async def one(
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     argv = [py, "-m", "bench.learning.offline", str(model), "--family", str(fam)]
     argv += [*flags, "--seeds", str(seed), "--threads", str(threads), "--json", f"{stem}.json"]
+    if warm_dir:  # one warm-up a seed and float order, shared by the variants that keep it
+        argv += ["--warm-dir", f"{warm_dir}/t{threads}"]
     t0 = time.monotonic()
     log = Path(f"{stem}.log").open("w")  # noqa: ASYNC230, SIM115 (the process writes it)
     try:
@@ -189,7 +199,7 @@ async def sweep(
             await changed.wait_for(lambda: free[0] >= need)
             free[0] -= need
         try:
-            return await one(args.python, model, fam, flags, seed, threads, out)
+            return await one(args.python, model, fam, flags, seed, threads, out, args.warm_dir)
         finally:
             async with changed:
                 free[0] += need
@@ -245,6 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--family", default="", metavar="DIR",
                    help="the bench recipe on this family's folder instead of colourkeys-quits "
                    "(bench-learning's --family, offline)")  # fmt: skip
+    p.add_argument("--warm-dir", default="", metavar="DIR",
+                   help="keep each seed's warm-up here and start from it when there: only for "
+                   "variants (--set) that leave the warm-up as it was")  # fmt: skip
     p.add_argument("--python", default=sys.executable)
     p.add_argument(
         "--read-only", action="store_true", help="run nothing: summarise the runs in --out"

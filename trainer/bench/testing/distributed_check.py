@@ -15,7 +15,10 @@ batch of token-exact samples (Conversations with screenshots, different lengths)
 5. pixels only where needed: samples whose pixel values stay on the rank that "played" them
    (sample i on rank i % world) are delivered (exchange.deliver_pixels) to exactly the ranks
    whose passes use them, bitwise, and a step over those partial batches equals the
-   single-process step over the whole one.
+   single-process step over the whole one;
+6. mini-batches (algorithm.miniBatches 2): the step's two optimizer steps over the ranks against
+   the single process's, the second mini-batch's proximal log-probs computed by the ranks before
+   the first update (within the tolerances of 1.).
 Rank 0 prints one JSON line with the figures; the test asserts on them.
 """
 
@@ -70,11 +73,13 @@ def make_samples(policy: Policy, seed: int, n: int = 5) -> list[Sample]:
     return out
 
 
-def sharded(model_dir: str, d: Dist) -> tuple[Policy, Learner, Policy]:
+def sharded(
+    model_dir: str, d: Dist, algo: AlgorithmConfig = ALGO
+) -> tuple[Policy, Learner, Policy]:
     policy = load_policy(model_dir, "float32", "cpu")
     gen = generation_copy(policy)
     net = shard_policy(policy)
-    return policy, Learner(policy, ALGO, net=net, dist=d), gen
+    return policy, Learner(policy, algo, net=net, dist=d), gen
 
 
 def rel(a: float, b: float) -> float:
@@ -201,6 +206,15 @@ def main(model_dir: str, workdir: str) -> None:
     delivery["grad_norm_rel_diff"] = rel(partial["grad_norm"], full["grad_norm"])
     deliveries = d.gather_to_main(delivery)
 
+    # 6. two mini-batches: 5 samples -> 3 + 2, each one AdamW step, on both sides
+    split = AlgorithmConfig(learning_rate=1e-2, mini_batches=2)
+    policy_m, learner_m, _ = sharded(model_dir, d, split)
+    mini = learner_m.step(batch1)
+    weights_m = full_state(policy_m.model, keep=True)
+    ref_policy_m = load_policy(model_dir, "float32", "cpu")
+    mini_ref = Learner(ref_policy_m, split).step(batch1)
+    ref_weights_m = {k: v.detach() for k, v in ref_policy_m.model.state_dict().items()}
+
     checks = d.gather_to_main({"rank": d.rank, "refresh_bitwise": refresh_equal,
                                "rng_restored": rng_restored})  # fmt: skip
     if d.is_main:
@@ -220,6 +234,9 @@ def main(model_dir: str, workdir: str) -> None:
             "world_1_to_2": grown,
             "world_2_to_1": shrunk,
             "pixels": deliveries,
+            "mini_batches": {"loss_rel_diff": rel(mini["loss"], mini_ref["loss"]),
+                             "clip_fraction": [mini["clip_fraction"], mini_ref["clip_fraction"]],
+                             "weights_max_abs_diff": max_diff(weights_m, ref_weights_m)},
         }), flush=True)  # fmt: skip
     shutdown(d)
 

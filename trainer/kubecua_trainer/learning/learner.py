@@ -7,8 +7,11 @@ gradients, so the update equals the single-process one up to summation order. Th
 state converts between the two layouts (by index, by name), so a run resumes at another world
 size. Ranks must run the
 same number of forward/backward passes (each one all-gathers), so a short share is padded with
-zero-weight passes. What it leaves out: several optimizer steps per batch (so the PPO ratio is 1
-at the step; see loss.py).
+zero-weight passes. algorithm.miniBatches > 1 splits a step's samples, in order, into that many
+mini-batches, one optimizer step each (verl's ppo_mini_batch_size): the proximal log-probs of the
+later mini-batches are computed before the first update, so their PPO ratio and clip measure how
+far the earlier updates moved the policy. With one (the default) the ratio is 1 at the step
+(loss.py).
 """
 
 from __future__ import annotations
@@ -76,8 +79,29 @@ class Learner:
             lp, _ = token_logprobs(self.reference, sample, sample.temperature)
         return lp.to(self.policy.device)
 
+    def _logprobs(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.net is not None:
+            return self.net(sample, sample.temperature)
+        with self.policy.autocast():
+            return token_logprobs(self.policy, sample, sample.temperature)
+
+    def _proximal(self, work: list[tuple[Sample, float, bool]]) -> list[torch.Tensor | None]:
+        """The log-probs of a later mini-batch's samples under the weights before the step's
+        first update (no grad): its PPO ratio's denominator."""
+        share = self.share
+        out: list[torch.Tensor | None] = []
+        with torch.no_grad():
+            for sample, _, _ in work:
+                with share.chunk() if share is not None else contextlib.nullcontext():
+                    out.append(self._logprobs(sample)[0].detach())
+        return out
+
     def _sample_terms(
-        self, sample: Sample, weight: float, upcoming: Sample | None = None
+        self,
+        sample: Sample,
+        weight: float,
+        upcoming: Sample | None = None,
+        proximal: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """Forward + backward of one sample, its loss scaled by its aggregation weight.
 
@@ -86,15 +110,11 @@ class Learner:
         aggregation weights make it the batch's mean token entropy (per sequence with
         aggregation "sequence")."""
         sample = self.prefetch.take(sample)
-        if self.net is not None:
-            logp, entropy = self.net(sample, sample.temperature)
-        else:
-            with self.policy.autocast():
-                logp, entropy = token_logprobs(self.policy, sample, sample.temperature)
+        logp, entropy = self._logprobs(sample)
         behaviour = sample.behaviour_logprobs[sample.loss_mask].to(logp.device)
         terms: LossTerms = self._policy_loss(
             logp,
-            logp.detach(),
+            logp.detach() if proximal is None else proximal,
             behaviour,
             sample.advantage,
             self._coefs,
@@ -125,10 +145,12 @@ class Learner:
             if s.temperature <= 0:  # log-probs at T = 0 do not exist (division by zero)
                 raise ValueError(f"sample of {s.group_id!r} was played greedily: not trainable")
         lengths = [int(s.loss_mask.sum()) for s in samples]
-        weights = AGGREGATIONS[self.algo.aggregation](lengths)
         totals = dict.fromkeys(("loss", "kl", "entropy", "clipped", "mismatch"), 0.0)
-        grad_norm = 0.0
-        work = self._my_share(samples, lengths, weights)
+        norms: list[float] = []
+        works = []  # per mini-batch, this process's passes, each aggregated on its own
+        for batch in mini_batches(list(range(len(samples))), self.algo.mini_batches):
+            mine, sizes = [samples[i] for i in batch], [lengths[i] for i in batch]
+            works.append(self._my_share(mine, sizes, AGGREGATIONS[self.algo.aggregation](sizes)))
         waiting = time.perf_counter()
         share = self.share
         streams = share.learning() if share is not None else contextlib.nullcontext()
@@ -138,19 +160,27 @@ class Learner:
             self.policy.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             try:
-                for i, (sample, weight, real) in enumerate(work):
-                    if self.net is not None:  # reduce-scatter the gradients once, at the end
-                        self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
-                    upcoming = work[i + 1][0] if i + 1 < len(work) else None
-                    # shared: after the engine's work, apart from its graph captures
-                    with share.chunk() if share is not None else contextlib.nullcontext():
-                        terms = self._sample_terms(sample, weight, upcoming)
-                    for k, v in terms.items():
-                        totals[k] += v if real else 0.0
-                if samples:
-                    fence = share.capture_fence() if share is not None else contextlib.nullcontext()
-                    with fence:  # the offloaded AdamW synchronizes the whole device
-                        grad_norm = float(self._clip_and_step())
+                # before the first update: the later mini-batches' proximal log-probs
+                first: list[torch.Tensor | None] = [None] * len(works[0])  # logp.detach()
+                proximal = [first] + [self._proximal(w) for w in works[1:]]
+                for b, work in enumerate(works):
+                    if b > 0:  # a deferred host update must land before this forward reads
+                        self._settle()
+                    for i, (sample, weight, real) in enumerate(work):
+                        if self.net is not None:  # reduce-scatter the gradients once, at the end
+                            self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
+                        upcoming = work[i + 1][0] if i + 1 < len(work) else None
+                        # shared: after the engine's work, apart from its graph captures
+                        with share.chunk() if share is not None else contextlib.nullcontext():
+                            terms = self._sample_terms(sample, weight, upcoming, proximal[b][i])
+                        for k, v in terms.items():
+                            totals[k] += v if real else 0.0
+                    if work:
+                        fence = (
+                            share.capture_fence() if share is not None else contextlib.nullcontext()
+                        )
+                        with fence:  # the offloaded AdamW synchronizes the whole device
+                            norms.append(float(self._clip_and_step()))
                 if version is not None:
                     self.policy.version = version
             finally:
@@ -161,10 +191,11 @@ class Learner:
         tokens = max(sum(lengths), 1)
         shared = share.step_stats() if share is not None else {}
         return shared | {
-            "loss": totals["loss"],
+            # each mini-batch's loss is its own aggregate: their mean (the loss with one)
+            "loss": totals["loss"] / max(len(works), 1),
             "kl": totals["kl"] / tokens,
             "entropy": totals["entropy"] / tokens,
-            "grad_norm": grad_norm,
+            "grad_norm": sum(norms) / len(norms) if norms else 0.0,
             "clip_fraction": totals["clipped"] / tokens,
             "logprob_mismatch": totals["mismatch"] / tokens,
             "tokens": float(sum(lengths)),
@@ -235,6 +266,10 @@ class Learner:
         mine = passes(samples, self.dist.world)[self.dist.rank]
         return [(samples[i], weights[i] if real else 0.0, real) for i, real in mine]
 
+    def _settle(self) -> None:
+        if isinstance(self.optimizer, MasterAdamW):
+            self.optimizer.settle()
+
     def _clip_and_step(self, optimizer: torch.optim.Optimizer | None = None) -> torch.Tensor:
         optimizer = optimizer or self.optimizer  # the warm-up brings its own
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -292,6 +327,20 @@ class Learner:
         sharded.LogprobNet, holds the model as `model`), in the optimizer's order."""
         model = self.policy.model
         return [f"model.{n}" for n, p in model.named_parameters() if p.requires_grad]
+
+
+def mini_batches(items: list[int], count: int) -> list[list[int]]:
+    """items split in order into min(count, len) runs whose sizes differ by at most one, the
+    longer first. Example: 5 items into 2 -> [[0, 1, 2], [3, 4]]; none -> [[]] (one empty
+    batch: a step of nothing still counts as one)."""
+    count = max(1, min(count, len(items)))
+    size, extra = divmod(len(items), count)
+    out, start = [], 0
+    for b in range(count):
+        end = start + size + (1 if b < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 def trainable(samples: list[Sample]) -> list[Sample]:

@@ -8,7 +8,9 @@ clip-higher); a truncated importance weight min(proximal/behaviour, cap) correct
 trainer numerics (or weights, with rollout.maxStaleness) disagreeing. With one optimizer step per
 batch the proximal policy is the current one detached, so the ratio is 1 at the step and its
 gradient is grad logp; the clip then never acts, and what GSPO changes in practice is the
-importance weight: one per sequence instead of one per token (see sequence_loss).
+importance weight: one per sequence instead of one per token (see sequence_loss). With
+algorithm.miniBatches > 1 the later mini-batches' proximal log-probs come from before the step's
+first update (learner.py), and the clip acts.
 """
 
 from __future__ import annotations
