@@ -97,17 +97,18 @@ def test_the_verdict_is_mcnemar_on_the_same_instances() -> None:
 
 def sweep_args(tmp_path: Path, **kw: Any) -> argparse.Namespace:
     base = {"out": str(tmp_path), "cores": 4, "seeds": [0, 1, 2], "threads": [1, 2],
-            "alpha": 0.01, "python": "python3"}  # fmt: skip
+            "alpha": 0.01, "python": "python3", "warm_dir": ""}  # fmt: skip
     return argparse.Namespace(**{**base, **kw})
 
 
 def test_runs_share_the_cores_and_the_rate_counts_every_run_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    live, peak = [0], [0]
+    live, peak, warm_dirs = [0], [0], set()
 
     async def fake_run(py: str, model: Path, fam: Path, fl: list[str], seed: int, threads: int,
-                       out: Path) -> dict[str, Any]:  # fmt: skip
+                       out: Path, warm_dir: str = "") -> dict[str, Any]:  # fmt: skip
+        warm_dirs.add(warm_dir)
         live[0] += threads
         peak[0] = max(peak[0], live[0])
         await asyncio.sleep(0.01)
@@ -121,7 +122,9 @@ def test_runs_share_the_cores_and_the_rate_counts_every_run_asked(
 
     monkeypatch.setattr(robustness, "one", fake_run)
     fam = robustness.recipes()["demo"][0]
-    res = asyncio.run(robustness.sweep("demo", Path("/m"), fam, [], sweep_args(tmp_path)))
+    args = sweep_args(tmp_path, warm_dir="/w")
+    res = asyncio.run(robustness.sweep("demo", Path("/m"), fam, [], args))
+    assert warm_dirs == {"/w"}
     assert peak[0] == 4  # full, never over: a two-thread run takes both its cores at once
     assert res["rate"] == "5/6"
     assert res["runs_asked"] == 6
@@ -158,3 +161,24 @@ def test_family_plays_the_bench_recipe_on_another_family(tmp_path: Path) -> None
     assert doc["bench"]["rate"] == "0/1"  # nothing was run: the run asked for counts as failed
     with pytest.raises(SystemExit, match=r"--family .*nowhere: no family\.json"):
         robustness.main([*common, "--family", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+
+
+def test_a_run_gets_its_threads_and_its_float_orders_warm_up_folder(tmp_path: Path) -> None:
+    """one() starts bench.learning.offline with the thread count in its environment and, with
+    --warm-dir, a warm-up folder per thread count (warm-ups differ by float order)."""
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'printf "%s\\n" "$OMP_NUM_THREADS" "$@" > "$(dirname "$0")/argv.txt"\n'
+        'while [ "$1" != "--json" ]; do shift; done\n'
+        f"echo '{json.dumps({'runs': [run_doc(3, [0.0] * 30, [1.0] * 30)]})}' > \"$2\"\n"
+    )
+    fake.chmod(0o755)
+    run = asyncio.run(
+        robustness.one(str(fake), Path("/m"), Path("/f"), ["--steps", "8"], 3, 2, tmp_path, "/w")
+    )
+    assert run["seed"] == 3 and run["threads"] == 2
+    argv = (tmp_path / "argv.txt").read_text().split("\n")
+    assert argv[0] == "2"  # OMP_NUM_THREADS
+    assert argv[argv.index("--warm-dir") + 1] == "/w/t2"
+    assert argv[argv.index("--threads") + 1] == "2"
