@@ -177,7 +177,7 @@ def test_a_run_gets_its_threads_and_its_float_orders_warm_up_folder(tmp_path: Pa
     run = asyncio.run(
         robustness.one(str(fake), Path("/m"), Path("/f"), ["--steps", "8"], 3, 2, tmp_path, "/w")
     )
-    assert run["seed"] == 3 and run["threads"] == 2
+    assert (run["seed"], run["threads"]) == (3, 2)
     argv = (tmp_path / "argv.txt").read_text().split("\n")
     assert argv[0] == "2"  # OMP_NUM_THREADS
     assert argv[argv.index("--warm-dir") + 1] == "/w/t2"
