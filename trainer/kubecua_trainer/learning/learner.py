@@ -79,11 +79,16 @@ class Learner:
             lp, _ = token_logprobs(self.reference, sample, sample.temperature)
         return lp.to(self.policy.device)
 
-    def _logprobs(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    def _logprobs(
+        self, sample: Sample, temperature: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs, entropy) of the sample's trained tokens, at its own temperature unless
+        given: through the FSDP2 root in a distributed run, else the policy under autocast."""
+        t = sample.temperature if temperature is None else temperature
         if self.net is not None:
-            return self.net(sample, sample.temperature)
+            return self.net(sample, t)
         with self.policy.autocast():
-            return token_logprobs(self.policy, sample, sample.temperature)
+            return token_logprobs(self.policy, sample, t)
 
     def _proximal(self, work: list[tuple[Sample, float, bool]]) -> list[torch.Tensor | None]:
         """The log-probs of a later mini-batch's samples under the weights before the step's
@@ -93,7 +98,7 @@ class Learner:
         with torch.no_grad():
             for sample, _, _ in work:
                 with share.chunk() if share is not None else contextlib.nullcontext():
-                    out.append(self._logprobs(sample)[0].detach())
+                    out.append(self._logprobs(sample)[0])
         return out
 
     def _sample_terms(
@@ -235,10 +240,7 @@ class Learner:
                 for i, (sample, weight, real) in enumerate(work):
                     if self.net is not None:
                         self.net.set_requires_gradient_sync(i == len(work) - 1)  # type: ignore[operator]
-                        logp, _ = self.net(sample, 1.0)
-                    else:
-                        with self.policy.autocast():
-                            logp, _ = token_logprobs(self.policy, sample, 1.0)
+                    logp, _ = self._logprobs(sample, 1.0)
                     loss = -logp.sum() * weight
                     (loss * self.dist.world if self.net is not None else loss).backward()
                     nll += float(loss.detach()) if real else 0.0
