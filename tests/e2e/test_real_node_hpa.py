@@ -27,14 +27,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 
 from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster
 from kubecua_testkit.metrics_server import MetricsServer
 from kubecua_testkit.node_tests import Figures, node_images, pod_ready
 from kubecua_testkit.tools import REPO, binary, run
-from kubecua_testkit.wait import wait_for_objects
+from kubecua_testkit.wait import wait_for_object, wait_for_objects
 
 pytestmark = pytest.mark.timeout(1500)
 SYSTEM = "kubecua-system"
@@ -131,23 +131,9 @@ def wait_pool(
 ) -> dict:
     """Get, then watch, the pool until predicate(pool) holds."""
     custom = client.CustomObjectsApi(cluster.api_client())
-    deadline = time.monotonic() + timeout
-    obj = custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
-    while not predicate(obj):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"{what}: not within {timeout}s; pool status {obj.get('status')}")
-        stream = watch.Watch().stream(
-            custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
-            field_selector=f"metadata.name={name}",
-            resource_version=obj["metadata"]["resourceVersion"],
-            timeout_seconds=max(1, int(remaining)),
-        )  # fmt: skip
-        for event in stream:
-            obj = event["object"]
-            if predicate(obj):
-                break
-    return obj
+    return wait_for_object(
+        custom, GROUP, VERSION, NS, PLURAL, name, predicate, timeout=timeout, what=what
+    )
 
 
 def wait_hpa(cluster: Cluster, name: str, desired: int, timeout: float) -> Any:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, watch
+from kubernetes import client
 
 # The journey's helpers (module-level functions of a sibling test file, on sys.path by pytest).
 # Not its `release` fixture: that one records its timing into the journey's own figures file,
@@ -48,7 +48,7 @@ from kubecua_testkit import node as real
 from kubecua_testkit.cluster import Cluster, node_for
 from kubecua_testkit.node_tests import Figures, node_images, pod_ready
 from kubecua_testkit.tools import REPO
-from kubecua_testkit.wait import wait_for_objects
+from kubecua_testkit.wait import wait_for_object, wait_for_objects
 
 pytestmark = pytest.mark.timeout(1200)
 GROUP, VERSION, PLURAL = "kubecua.dev", "v1alpha1", "taskverifications"
@@ -208,30 +208,13 @@ def pool(cluster: Cluster, release) -> Iterator[str]:
 
 
 def wait_finished(cluster: Cluster, name: str, timeout: float) -> dict:
-    """Get, then watch, TaskVerification `name` until its phase is Succeeded or Failed."""
+    """TaskVerification `name` once its phase is Succeeded or Failed."""
     custom = client.CustomObjectsApi(cluster.api_client())
-    args = (GROUP, VERSION, NS, PLURAL)
-    deadline = time.monotonic() + timeout
-    obj = custom.get_namespaced_custom_object(*args, name)
-
-    def done(o: dict) -> bool:
-        return (o.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-    while not done(obj):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"{name} not finished within {timeout}s: {obj.get('status')}")
-        stream = watch.Watch().stream(
-            custom.list_namespaced_custom_object, *args,
-            field_selector=f"metadata.name={name}",
-            resource_version=obj["metadata"]["resourceVersion"],
-            timeout_seconds=max(1, int(remaining)),
-        )  # fmt: skip
-        for event in stream:
-            obj = event["object"]
-            if done(obj):
-                break
-    return obj
+    return wait_for_object(
+        custom, GROUP, VERSION, NS, PLURAL, name,
+        lambda o: (o.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+        timeout=timeout, what=f"{name} finished",
+    )  # fmt: skip
 
 
 def verify(cluster: Cluster, name: str, spec: dict) -> dict:

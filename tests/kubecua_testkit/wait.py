@@ -45,3 +45,38 @@ def wait_for_objects(
             if predicate(list(objects.values())):
                 break
     return list(objects.values())
+
+
+def wait_for_object(
+    custom: Any,
+    group: str,
+    version: str,
+    namespace: str,
+    plural: str,
+    name: str,
+    predicate: Callable[[dict], bool],
+    *,
+    timeout: float,
+    what: str,
+) -> dict:
+    """Get, then watch, one custom object (a CustomObjectsApi's) until predicate(object) holds;
+    returns it. `what` names the wait in the TimeoutError, beside the object's last status."""
+    args = (group, version, namespace, plural)
+    deadline = time.monotonic() + timeout
+    obj: dict = custom.get_namespaced_custom_object(*args, name)
+    while not predicate(obj):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what}: not within {timeout}s; status {obj.get('status')}")
+        stream = watch.Watch().stream(
+            custom.list_namespaced_custom_object,
+            *args,
+            field_selector=f"metadata.name={name}",
+            resource_version=obj["metadata"]["resourceVersion"],
+            timeout_seconds=max(1, int(remaining)),
+        )
+        for event in stream:
+            obj = event["object"]
+            if predicate(obj):
+                break
+    return obj
