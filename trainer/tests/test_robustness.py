@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench.learning import robustness
+from bench.learning import offline, robustness
 
 
 def flags(argv: list[str]) -> dict[str, str]:
@@ -182,3 +182,42 @@ def test_a_run_gets_its_threads_and_its_float_orders_warm_up_folder(tmp_path: Pa
     assert argv[0] == "2"  # OMP_NUM_THREADS
     assert argv[argv.index("--warm-dir") + 1] == "/w/t2"
     assert argv[argv.index("--threads") + 1] == "2"
+
+
+class _Epochs:
+    """A warm-up that only counts its epochs: fit_in_chunks decides how many, nothing else."""
+
+    def __init__(self, epochs: int = 0) -> None:
+        self.epochs = epochs
+        self.chunks: list[int] = []
+
+    def run(self, epochs: int) -> None:
+        self.chunks.append(epochs)
+        self.epochs += epochs
+
+
+def _chunks(epochs: int, max_epochs: int, every: int, verdicts: list[bool],
+            checks: list[dict[str, Any]] | None = None) -> tuple[list[int], list[int]]:  # fmt: skip
+    warm, checks, said = _Epochs(epochs), checks or [], iter(verdicts)
+
+    async def check(at: int) -> dict[str, Any]:
+        return {"epochs": at, "stop": next(said)}
+
+    asyncio.run(offline.fit_in_chunks(warm, checks, max_epochs, every, check, lambda c: c["stop"]))
+    return warm.chunks, [c["epochs"] for c in checks]
+
+
+def test_the_offline_warm_up_chunks_as_the_trainer_does() -> None:
+    # the bench's rule (every 45, at most 60), a check that says go on: 45 then 15, and no
+    # check after the last chunk (before, offline trained 45 more: 90 epochs)
+    assert _chunks(0, 60, 45, [False]) == ([45, 15], [45])
+    # a check that says stop ends it there
+    assert _chunks(0, 60, 45, [True]) == ([45], [45])
+    # a fixed length (the demo: one chunk of all its epochs): trained, never checked
+    assert _chunks(0, 90, 90, []) == ([90], [])
+    # several checks, the third says stop
+    assert _chunks(0, 100, 20, [False, False, True]) == ([20, 20, 20], [20, 40, 60])
+    # a loaded warm-up whose last check said stop trains nothing more; one that said go on
+    # goes on from where it was
+    assert _chunks(45, 60, 45, [], [{"epochs": 45, "stop": True}]) == ([], [45])
+    assert _chunks(45, 60, 45, [], [{"epochs": 45, "stop": False}]) == ([15], [45])

@@ -33,7 +33,8 @@ import json
 import os
 import random
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import torch
 from PIL import Image
@@ -298,6 +299,31 @@ def stop_here(check: dict[str, Any], args: argparse.Namespace) -> bool:
     return bool((p1 >= args.pass1_min and pk >= args.passk_min) or p1 > args.pass1_max)
 
 
+class Fits(Protocol):
+    epochs: int
+
+    def run(self, epochs: int) -> None: ...
+
+
+async def fit_in_chunks(
+    warm: Fits,
+    checks: list[dict[str, Any]],
+    max_epochs: int,
+    every: int,
+    check: Callable[[int], Awaitable[dict[str, Any]]],
+    stop: Callable[[dict[str, Any]], bool],
+) -> None:
+    """The warm-up as the trainer's stage (kubecua_trainer/warmup/stage.py) runs it: chunks of
+    `every` epochs, the last cut to `max_epochs`, a check after each but the last (the warm-up
+    ends there whatever a check would say, and a check draws from torch's RNG, which GRPO's
+    sampling then continues from), stopping at the first check that says so. `checks` may hold
+    a loaded warm-up's: one that said stop trains nothing more."""
+    while warm.epochs < max_epochs and not (checks and stop(checks[-1])):
+        warm.run(min(every, max_epochs - warm.epochs))
+        if warm.epochs < max_epochs:
+            checks.append(await check(warm.epochs))
+
+
 def rate(rows: list[list[float]]) -> float:
     return round(sum(r[0] for r in rows) / len(rows), 4)
 
@@ -341,13 +367,14 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         loaded_goal = saved.get("goal_checks")  # its goal was measured (and extended) then
         if "torch_rng" in saved:  # GRPO then samples as after a warm-up run here
             torch.set_rng_state(saved["torch_rng"])
-    while not checks or not stop_here(checks[-1], args):
-        if warm.epochs >= args.max_epochs:
-            break
-        warm.run(args.check_every)
+
+    async def check(epochs: int) -> dict[str, Any]:
         p1, pk = await off.stop_rule(probe, args.k)
-        checks.append({"epochs": warm.epochs, "pass1": p1, f"pass{args.k}": pk})
-        print(f"seed {seed}: warm-up {warm.epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
+        print(f"seed {seed}: warm-up {epochs} epochs: pass@1 {p1:.2f} pass@{args.k} {pk:.2f}")
+        return {"epochs": epochs, "pass1": p1, f"pass{args.k}": pk}
+
+    await fit_in_chunks(warm, checks, args.max_epochs, args.check_every, check,
+                        lambda c: stop_here(c, args))  # fmt: skip
     goal_checks = loaded_goal or []
     # spec.warmup.goal with onBelowGoal extend (0 extension epochs: fail)
     if args.goal_min > 0 and loaded_goal is None:
@@ -398,6 +425,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "seed": seed,
         "heldout_untrained": untrained,
         "warmup_checks": checks,
+        "warmup_epochs": warm.epochs,  # an extension (spec.warmup.goal) included
         # spec.warmup.goal's measurements; a last one not met is a run that fails before GRPO
         # (its arms still run here, to show what the goal caught)
         "warmup_goal": goal_checks,

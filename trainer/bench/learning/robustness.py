@@ -50,8 +50,8 @@ GOAL = 38 / 40  # issue 41: a rise outside the noise in at least 38 of 20 seeds 
 
 def offline_args(spec: dict[str, Any]) -> list[str]:
     """bench.learning.offline's flags for a TrainingRun spec's warm-up, algorithm, reward and
-    steps. A fixed-length warm-up (no stopWhen) is one chunk of spec.warmup.epochs whose check
-    can never stop it (pass@1 >= 2) and plays 2 instances once (it decides nothing)."""
+    steps. A fixed-length warm-up (no stopWhen) is one chunk of spec.warmup.epochs, after which
+    nothing is checked, as in the trainer (its pass@1 floor of 2 could never stop it anyway)."""
     warm, algo = spec["warmup"], spec["algorithm"]
     reward = spec.get("reward") or {"score": 1.0, "partial": 0.0}
     argv = [
@@ -142,7 +142,8 @@ def verdict(run: dict[str, Any], alpha: float) -> dict[str, Any]:
         "outside_noise": p < alpha and up > down and goal_met,
         "warmup_goal": [g["reply_match"] for g in goal],
         "warmup_goal_met": goal_met,
-        "warmup_epochs": run["warmup_checks"][-1]["epochs"] if run["warmup_checks"] else 0,
+        "warmup_epochs": run.get("warmup_epochs")  # runs written before it: the last check's
+        or (run["warmup_checks"][-1]["epochs"] if run["warmup_checks"] else 0),
         "seconds": round(run["warmup_seconds"] + run["grpo_seconds"], 1),
     }
 
