@@ -694,7 +694,12 @@ class TrainingRunSpec(ApiModel):
     kueue: KueueConfig = defaulted(KueueConfig, "Kueue admission.")
     # 32 bits: a seed every library the trainer seeds accepts (numpy's legacy range included).
     seed: int = Field(
-        default=0, ge=0, le=2**32 - 1, description="Seed for sampling and task order."
+        default=0,
+        ge=0,
+        le=2**32 - 1,
+        description="Seed for sampling and task order. With the embedded (hf) engine each sampled"
+        " turn draws from (seed, task, episode, turn) alone, so a run's episodes repeat whatever"
+        " else shares their batch; sglang samples from its own generator.",
     )
     cost: CostConfig = defaulted(
         CostConfig,

@@ -34,6 +34,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import torch
@@ -51,6 +52,7 @@ from bench.learning.family import (
 from kubecua_api.warmup import WarmupGoalConfig
 from kubecua_trainer.config import AlgorithmConfig
 from kubecua_trainer.engines.base import Generation, SamplingParams
+from kubecua_trainer.engines.embedded.keyed import request_seed
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learning.batch import assemble_batch
 from kubecua_trainer.learning.learner import Learner
@@ -92,6 +94,8 @@ class Offline:
         self.system = system  # None: the agent's whole prompt
         self.fixed = fit_image(screenshot, self.policy, self.pixels) if screenshot else None
         self.partial_weight = 0.0
+        self.seed: int | None = None  # keys every sampled draw (play); None: the generator's
+        self.checks_made = 0
         self.keep_screenshots = 1
         self.blank = False
         self._screens: dict[str, Image.Image] = {}
@@ -138,9 +142,11 @@ class Offline:
         return ctx.samples(1.0)
 
     async def play(
-        self, task: dict[str, Any], temperature: float
+        self, task: dict[str, Any], temperature: float, key: tuple[object, ...] | None = None
     ) -> tuple[float, float, list[Sample]]:
-        """(exact reward, shaped reward, samples) of one episode of maxTurns turns."""
+        """(exact reward, shaped reward, samples) of one episode of maxTurns turns. key: with
+        self.seed, each turn draws from (seed, key, turn) (SamplingParams.seed), as the trainer's
+        episodes do, so the episode repeats whatever shares its batch."""
         ctx, typed = self.context(task), 0
         stop = int(self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>"))
         sampling = SamplingParams(temperature, 1.0, self.algo.max_new_tokens, (stop,))
@@ -152,7 +158,7 @@ class Offline:
         for t in range(self.algo.max_turns):
             ctx.add_user(*user)
             ids, images = ctx.prompt()
-            gen = await self.engine.generate(ids, images, sampling)
+            gen = await self.engine.generate(ids, images, self._keyed(sampling, key, t))
             reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ctx.add_generation(gen, reply)
             replies.append(reply)
@@ -171,12 +177,24 @@ class Offline:
             shaped += self.partial_weight * offline_reward(task, replies, fuzzy=True)
         return exact, shaped, ctx.samples(shaped)
 
+    def _keyed(
+        self, sampling: SamplingParams, key: tuple[object, ...] | None, *more: object
+    ) -> SamplingParams:
+        if key is None or self.seed is None or sampling.temperature <= 0:
+            return sampling
+        return replace(sampling, seed=request_seed(self.seed, *key, *more))
+
     async def success(
-        self, tasks: list[dict[str, Any]], temperature: float = 0.0, n: int = 1
+        self,
+        tasks: list[dict[str, Any]],
+        temperature: float = 0.0,
+        n: int = 1,
+        key: tuple[object, ...] = (),
     ) -> list[list[float]]:
-        """Each task's exact rewards over n episodes at `temperature`."""
+        """Each task's exact rewards over n episodes at `temperature` (episode j of a task
+        keyed by (key, task id, j))."""
         results = await asyncio.gather(
-            *(self.play(t, temperature) for t in tasks for _ in range(n))
+            *(self.play(t, temperature, (*key, t["id"], j)) for t in tasks for j in range(n))
         )
         return [[r[0] for r in results[i * n : (i + 1) * n]] for i in range(len(tasks))]
 
@@ -188,19 +206,20 @@ class Offline:
         stop = int(self.policy.tokenizer.convert_tokens_to_ids("<|im_end|>"))
         rows: dict[str, dict[str, Any]] = {}
 
-        async def first(task: dict[str, Any], temperature: float) -> str:
+        async def first(task: dict[str, Any], temperature: float, j: int = 0) -> str:
+            key = ("first", task["id"])
             ctx = self.context(task)
             ctx.add_user(first_user_text(task["instruction"]), self.image(task))
             ids, images = ctx.prompt()
             sampling = SamplingParams(temperature, 1.0, self.algo.max_new_tokens, (stop,))
-            gen = await self.engine.generate(ids, images, sampling)
+            gen = await self.engine.generate(ids, images, self._keyed(sampling, key, j))
             reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             return (typed_text(reply) or "?")[:1]
 
         for task in tasks:
             want = expected_text(task)[0]
             greedy, *sampled = await asyncio.gather(
-                first(task, 0.0), *(first(task, 1.0) for _ in range(n))
+                first(task, 0.0), *(first(task, 1.0, j) for j in range(n))
             )
             row = rows.setdefault(want, {"tasks": 0, "greedy": 0, "sampled": 0, "instead": {}})
             row["tasks"] += 1
@@ -218,7 +237,8 @@ class Offline:
     async def stop_rule(self, tasks: list[dict[str, Any]], k: int) -> tuple[float, float]:
         """(greedy pass@1, pass@k at temperature 1) over the tasks."""
         greedy = await self.success(tasks)
-        sampled = await self.success(tasks, 1.0, k)
+        self.checks_made += 1
+        sampled = await self.success(tasks, 1.0, k, ("check", self.checks_made))
         return (sum(g[0] for g in greedy) / len(tasks),
                 sum(max(s) for s in sampled) / len(tasks))  # fmt: skip
 
@@ -227,7 +247,10 @@ class Offline:
         groups = []
         for t in tasks:
             played = await asyncio.gather(
-                *(self.play(t, self.algo.temperature) for _ in range(self.algo.group_size))
+                *(
+                    self.play(t, self.algo.temperature, ("grpo", step, t["id"], e))
+                    for e in range(self.algo.group_size)
+                )
             )
             group = Group(t["id"], f"s{step}-{t['id']}")
             for e, (_, shaped, samples) in enumerate(played):
@@ -348,6 +371,7 @@ async def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     shot = Image.open(args.screenshot) if args.screenshot else None
     off = Offline(args.model, fam, algo, shot, args.system or None, device=args.device)
     off.partial_weight = args.partial_weight
+    off.seed = seed
     untrained = None if args.no_untrained else rate(await off.success(heldout))
     demos = fam.warmup_tasks()[: args.demos or None]
     warm = Warmup(off, demos, args.warmup_lr, args.warmup_batch, seed, args.warmup_schedule,

@@ -19,6 +19,10 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 256
     stop_token_ids: tuple[int, ...] = ()
+    # Draws keyed by (seed, token index) instead of the engine's generator: the request samples
+    # the same tokens whatever shares its batch (engines/embedded/keyed.py). None: the
+    # generator's. The embedded engine's continuous path honours it; the others ignore it.
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,8 @@ async def _train(
                     await reclaim(leases.ready, source.token, owner)
             if not d.any(not ready):  # a stop on any rank before the first step stops all
                 token = source.token if source is not None else None
-                ro = Rollout(gen, engine, leases, token, spec.algorithm, spec.rollout, owner)
+                ro = Rollout(gen, engine, leases, token, spec.algorithm, spec.rollout, owner,
+                             seed=spec.seed)  # fmt: skip
                 progress.resume_at(first_step - 1)
                 loop = Loop(run=run, ro=ro, tasks=tasks, policy=policy, learner=learner,
                             replay=replay, metrics=metrics, saver=saver, report=report,

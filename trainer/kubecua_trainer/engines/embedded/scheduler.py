@@ -17,6 +17,7 @@ import torch
 from kubecua_trainer.engines.base import EngineError, Generation
 from kubecua_trainer.engines.embedded.attention import engine_mode
 from kubecua_trainer.engines.embedded.images import Screenshots, pad_runs
+from kubecua_trainer.engines.embedded.keyed import key_of
 from kubecua_trainer.engines.embedded.model_runner import ModelRunner
 from kubecua_trainer.engines.embedded.prefix_store import PrefixEntry, PrefixStore
 from kubecua_trainer.engines.embedded.sampling import sample_rows
@@ -185,6 +186,7 @@ class Scheduler:
                 [s.top_p for s in samplings],
                 self.policy.banned_ids,
                 self.generator,
+                [_key(p.seq) for p in plans],
             )
         except Exception as exc:
             self.prefill_seconds += time.perf_counter() - t0
@@ -259,6 +261,7 @@ class Scheduler:
             [s.req.sampling.top_p for s in rows],
             self.policy.banned_ids,
             self.generator,
+            [_key(s) for s in rows],
         )
         self.steps += 1
         self.decode_seconds += time.perf_counter() - t0
@@ -316,3 +319,9 @@ class Scheduler:
             self.kv.move(last, row, self.rows[last].cached)
             self.rows[row] = self.rows[last]
         self.rows.pop()
+
+
+def _key(seq: Seq) -> int | None:
+    """The draw key of the token `seq` samples next: its seed's and its index among the sampled."""
+    seed = seq.req.sampling.seed
+    return None if seed is None else key_of(seed, len(seq.gen))
