@@ -34,7 +34,6 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, Protocol
 
 import torch
@@ -51,8 +50,7 @@ from bench.learning.family import (
 )
 from kubecua_api.warmup import WarmupGoalConfig
 from kubecua_trainer.config import AlgorithmConfig
-from kubecua_trainer.engines.base import Generation, SamplingParams
-from kubecua_trainer.engines.embedded.keyed import request_seed
+from kubecua_trainer.engines.base import Generation, SamplingParams, seeded
 from kubecua_trainer.engines.hf import HFEngine
 from kubecua_trainer.learning.batch import assemble_batch
 from kubecua_trainer.learning.learner import Learner
@@ -142,7 +140,7 @@ class Offline:
         return ctx.samples(1.0)
 
     async def play(
-        self, task: dict[str, Any], temperature: float, key: tuple[object, ...] | None = None
+        self, task: dict[str, Any], temperature: float, key: tuple[object, ...] = ()
     ) -> tuple[float, float, list[Sample]]:
         """(exact reward, shaped reward, samples) of one episode of maxTurns turns. key: with
         self.seed, each turn draws from (seed, key, turn) (SamplingParams.seed), as the trainer's
@@ -158,7 +156,7 @@ class Offline:
         for t in range(self.algo.max_turns):
             ctx.add_user(*user)
             ids, images = ctx.prompt()
-            gen = await self.engine.generate(ids, images, self._keyed(sampling, key, t))
+            gen = await self.engine.generate(ids, images, seeded(sampling, self.seed, *key, t))
             reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             ctx.add_generation(gen, reply)
             replies.append(reply)
@@ -176,13 +174,6 @@ class Offline:
         if self.partial_weight:
             shaped += self.partial_weight * offline_reward(task, replies, fuzzy=True)
         return exact, shaped, ctx.samples(shaped)
-
-    def _keyed(
-        self, sampling: SamplingParams, key: tuple[object, ...] | None, *more: object
-    ) -> SamplingParams:
-        if key is None or self.seed is None or sampling.temperature <= 0:
-            return sampling
-        return replace(sampling, seed=request_seed(self.seed, *key, *more))
 
     async def success(
         self,
@@ -212,7 +203,7 @@ class Offline:
             ctx.add_user(first_user_text(task["instruction"]), self.image(task))
             ids, images = ctx.prompt()
             sampling = SamplingParams(temperature, 1.0, self.algo.max_new_tokens, (stop,))
-            gen = await self.engine.generate(ids, images, self._keyed(sampling, key, j))
+            gen = await self.engine.generate(ids, images, seeded(sampling, self.seed, *key, j))
             reply = self.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             return (typed_text(reply) or "?")[:1]
 
@@ -338,9 +329,8 @@ async def fit_in_chunks(
 ) -> None:
     """The warm-up as the trainer's stage (kubecua_trainer/warmup/stage.py) runs it: chunks of
     `every` epochs, the last cut to `max_epochs`, a check after each but the last (the warm-up
-    ends there whatever a check would say, and a check draws from torch's RNG, which GRPO's
-    sampling then continues from), stopping at the first check that says so. `checks` may hold
-    a loaded warm-up's: one that said stop trains nothing more."""
+    ends there whatever a check would say), stopping at the first check that says so. `checks`
+    may hold a loaded warm-up's: one that said stop trains nothing more."""
     while warm.epochs < max_epochs and not (checks and stop(checks[-1])):
         warm.run(min(every, max_epochs - warm.epochs))
         if warm.epochs < max_epochs:

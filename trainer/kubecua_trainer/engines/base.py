@@ -7,7 +7,8 @@ convention of sglang's return_logprob), which is what the learner recomputes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from PIL import Image
@@ -23,6 +24,24 @@ class SamplingParams:
     # the same tokens whatever shares its batch (engines/embedded/keyed.py). None: the
     # generator's. The embedded engine's continuous path honours it; the others ignore it.
     seed: int | None = None
+
+
+def request_seed(*parts: object) -> int:
+    """A request's seed from what names it (the run's seed, task, episode key, turn): the same
+    in every process, as Python's hash() of a str is not.
+
+    >>> request_seed(0, "task", "s0001-g00-e03", 2) == request_seed(0, "task", "s0001-g00-e03", 2)
+    True
+    """
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # 63 bits: fits int64
+
+
+def seeded(sampling: SamplingParams, seed: int | None, *parts: object) -> SamplingParams:
+    """`sampling` keyed by (seed, *parts); unchanged without a seed or when greedy."""
+    if seed is None or sampling.temperature <= 0:
+        return sampling
+    return replace(sampling, seed=request_seed(seed, *parts))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
@@ -25,8 +25,7 @@ from kubecua_sandbox_client import (
     SandboxUnavailable,
 )
 from kubecua_trainer.config import AlgorithmConfig, RolloutConfig
-from kubecua_trainer.engines.base import Engine, SamplingParams
-from kubecua_trainer.engines.embedded.keyed import request_seed
+from kubecua_trainer.engines.base import Engine, SamplingParams, seeded
 from kubecua_trainer.model import Policy
 from kubecua_trainer.rollout.agent import (
     ParseError,
@@ -61,13 +60,6 @@ class Rollout:
     # spec.seed: each sampled turn draws from (seed, task, episode key, turn) on engines that key
     # their draws (SamplingParams.seed), so a run's episodes repeat whatever shares a batch
     seed: int | None = None
-
-    def turn_sampling(
-        self, sampling: SamplingParams, result: EpisodeResult, turn: int
-    ) -> SamplingParams:
-        if self.seed is None or sampling.temperature <= 0:
-            return sampling
-        return replace(sampling, seed=request_seed(self.seed, result.task_id, result.key, turn))
 
     def sampling(self, temperature: float | None = None) -> SamplingParams:
         """temperature: this episode's (a scheduled step's, or 0 = greedy); default the run's."""
@@ -186,7 +178,8 @@ async def _play_turns(
         ctx.add_user(text, shown.image if shown else None)
         ids, images = ctx.prompt()
         t0 = time.monotonic()
-        gen = await ro.engine.generate(ids, images, ro.turn_sampling(sampling, result, turn_no))
+        turn_sampling = seeded(sampling, ro.seed, result.task_id, result.key, turn_no)
+        gen = await ro.engine.generate(ids, images, turn_sampling)
         reply = ro.policy.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         ctx.add_generation(gen, reply)
         turn = Turn(shown.image if shown else None, reply, None)

@@ -14,8 +14,6 @@ index, mixed twice; int64 tensors wrap on overflow, and shifts are made logical 
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
 _MASK64 = (1 << 64) - 1
@@ -70,14 +68,3 @@ def gumbel_argmax(scores: torch.Tensor, keys: list[int]) -> torch.Tensor:
     u = uniforms(keys, scores.shape[-1], scores.device)
     noise = -torch.log(-torch.log(u))
     return (scores.double() + noise).argmax(dim=-1)
-
-
-def request_seed(*parts: object) -> int:
-    """A request's seed from what names it (the run's seed, task, episode key, turn): the same
-    in every process, as Python's hash() of a str is not.
-
-    >>> request_seed(0, "task", "s0001-g00-e03", 2) == request_seed(0, "task", "s0001-g00-e03", 2)
-    True
-    """
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # 63 bits: fits int64
